@@ -1,0 +1,157 @@
+"""One fully defaulted settings tree. camelCase on the wire (LSP settings), snake_case in Python.
+
+`parse_settings` never raises: unknown keys and invalid values are reported and replaced by the
+defaults, so a bad setting can never stop the server from serving.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+Device = Literal["auto", "cpu", "cuda"]
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+MultilinePolicy = Literal["auto", "always", "never"]
+MidWordPolicy = Literal["complete", "skip"]
+
+
+@dataclass(kw_only=True)
+class ModelSettings:
+    path: str | None = None  # None: the embedded default model
+    device: Device = "auto"  # auto: CUDA when available, else CPU
+    dtype: Dtype = "auto"  # auto: float32 on CPU (lossless), bfloat16 on CUDA
+    fim_format: str = "auto"  # auto, none, qwen, starcoder, deepseek, codellama, codegemma
+
+
+@dataclass(kw_only=True)
+class CompletionSettings:
+    max_new_tokens: int = 64
+    multiline: MultilinePolicy = "auto"
+    mid_word: MidWordPolicy = "complete"
+    debounce_ms: int = 0  # server-side debounce; editors usually debounce themselves
+    speculative: bool = True  # draft + verify; output is identical either way
+    type_through: bool = True
+    precompute_next: bool = True
+
+
+@dataclass(kw_only=True)
+class ContextSettings:
+    budget_tokens: int = 1024
+    cross_file: bool = True
+
+
+@dataclass(kw_only=True)
+class Settings:
+    enable: bool = True
+    # languageId -> enabled; languages not named are enabled.
+    languages: dict[str, bool] = field(default_factory=dict)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    completion: CompletionSettings = field(default_factory=CompletionSettings)
+    context: ContextSettings = field(default_factory=ContextSettings)
+
+    def language_enabled(self, language_id: str) -> bool:
+        return self.enable and self.languages.get(language_id, True)
+
+
+# Bounds of numeric settings: (minimum, maximum).
+NUMERIC_BOUNDS: dict[str, tuple[int, int]] = {
+    "max_new_tokens": (1, 1024),
+    "debounce_ms": (0, 5000),
+    "budget_tokens": (0, 131072),
+}
+
+
+def camel_to_snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def snake_to_camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def _check_value(name: str, hint: Any, value: Any) -> Any:
+    """The value if it fits the type hint; raises ValueError with a readable reason otherwise."""
+    origin = get_origin(hint)
+    if origin is Literal:
+        if value not in get_args(hint):
+            choices = ", ".join(repr(c) for c in get_args(hint))
+            raise ValueError(f"must be one of {choices}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError("must be true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("must be a whole number")
+        low, high = NUMERIC_BOUNDS.get(name, (-(2**31), 2**31))
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ValueError("must be a string")
+        return value
+    if origin is dict:
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, bool) for k, v in value.items()
+        ):
+            raise ValueError("must map language ids to true/false")
+        return dict(value)
+    # str | None
+    if value is None or isinstance(value, str):
+        return value or None
+    raise ValueError("must be a string or null")
+
+
+def _parse_into(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
+    if raw is None:
+        return cls()
+    if not isinstance(raw, dict):
+        problems.append(f"{path or 'settings'}: must be an object")
+        return cls()
+    hints = get_type_hints(cls)
+    fields_by_wire = {snake_to_camel(f.name): f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        f = fields_by_wire.get(key) or fields_by_wire.get(snake_to_camel(camel_to_snake(key)))
+        where = f"{path}.{key}" if path else key
+        if f is None:
+            problems.append(f"{where}: unknown setting")
+            continue
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            values[f.name] = _parse_into(hint, value, where, problems)
+            continue
+        try:
+            values[f.name] = _check_value(f.name, hint, value)
+        except ValueError as err:
+            problems.append(f"{where}: {err}; using the default")
+    return cls(**values)
+
+
+def parse_settings(raw: Any) -> tuple[Settings, list[str]]:
+    """Settings from a camelCase JSON object, plus a list of problems (empty when all was valid).
+
+    Accepts the object itself or one wrapped as {"memosight": {...}}.
+    """
+    if isinstance(raw, dict) and set(raw) == {"memosight"}:
+        raw = raw["memosight"]
+    problems: list[str] = []
+    settings = _parse_into(Settings, raw, "", problems)
+    return settings, problems
+
+
+def settings_to_wire(settings: Any) -> Any:
+    """The camelCase JSON form (for documentation and the editors' defaults)."""
+    if dataclasses.is_dataclass(settings) and not isinstance(settings, type):
+        return {
+            snake_to_camel(f.name): settings_to_wire(getattr(settings, f.name))
+            for f in dataclasses.fields(settings)
+        }
+    if isinstance(settings, dict):
+        return {k: settings_to_wire(v) for k, v in settings.items()}
+    return settings

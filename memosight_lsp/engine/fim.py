@@ -1,0 +1,92 @@
+"""Fill-in-the-middle prompt formats of known code-model families, detected from the vocabulary."""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class FimFormat:
+    """How a model family spells prefix / suffix / middle. Prompts are built prefix-suffix-middle."""
+
+    name: str
+    prefix_token: str
+    suffix_token: str
+    middle_token: str
+    # Tokens that end a generated middle (besides the tokenizer's own EOS).
+    stop_tokens: tuple[str, ...] = ()
+    # CodeLlama puts a space after <PRE> and before <MID>; the others concatenate.
+    spaced: bool = False
+
+    def build(self, prefix: str, suffix: str) -> str:
+        if self.spaced:
+            return f"{self.prefix_token} {prefix} {self.suffix_token}{suffix} {self.middle_token}"
+        return f"{self.prefix_token}{prefix}{self.suffix_token}{suffix}{self.middle_token}"
+
+
+# The embedded default model is trained with the Qwen2.5-Coder spelling, so it is found like any
+# Qwen coder model.
+QWEN = FimFormat(
+    name="qwen",
+    prefix_token="<|fim_prefix|>",
+    suffix_token="<|fim_suffix|>",
+    middle_token="<|fim_middle|>",
+    stop_tokens=("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>"),
+)
+STARCODER = FimFormat(
+    name="starcoder",
+    prefix_token="<fim_prefix>",
+    suffix_token="<fim_suffix>",
+    middle_token="<fim_middle>",
+    stop_tokens=("<|endoftext|>", "<fim_pad>", "<file_sep>"),
+)
+DEEPSEEK = FimFormat(
+    name="deepseek",
+    prefix_token="<｜fim▁begin｜>",
+    suffix_token="<｜fim▁hole｜>",
+    middle_token="<｜fim▁end｜>",
+    stop_tokens=("<｜end▁of▁sentence｜>", "<|EOT|>"),
+)
+CODELLAMA = FimFormat(
+    name="codellama",
+    prefix_token="▁<PRE>",
+    suffix_token="▁<SUF>",
+    middle_token="▁<MID>",
+    stop_tokens=("▁<EOT>",),
+    spaced=True,
+)
+CODEGEMMA = FimFormat(
+    name="codegemma",
+    prefix_token="<|fim_prefix|>",
+    suffix_token="<|fim_suffix|>",
+    middle_token="<|fim_middle|>",
+    stop_tokens=("<|file_separator|>", "<eos>"),
+)
+
+KNOWN_FORMATS: tuple[FimFormat, ...] = (QWEN, STARCODER, DEEPSEEK, CODELLAMA, CODEGEMMA)
+FORMATS_BY_NAME = {fmt.name: fmt for fmt in KNOWN_FORMATS}
+
+
+def detect_fim_format(vocab: Container[str]) -> FimFormat | None:
+    """The first known format whose three marker tokens are all in the vocabulary."""
+    for fmt in KNOWN_FORMATS:
+        markers = (fmt.prefix_token, fmt.suffix_token, fmt.middle_token)
+        if all(token in vocab for token in markers):
+            if fmt is QWEN and "<|file_separator|>" in vocab:
+                return CODEGEMMA  # same markers as Qwen, other stop tokens
+            return fmt
+    return None
+
+
+def resolve_fim_format(vocab: Container[str], override: str | None) -> FimFormat | None:
+    """Honour an explicit override ('none' disables FIM); else detect from the vocabulary."""
+    if override is None or override == "auto":
+        return detect_fim_format(vocab)
+    if override == "none":
+        return None
+    try:
+        return FORMATS_BY_NAME[override]
+    except KeyError:
+        names = ", ".join(["auto", "none", *FORMATS_BY_NAME])
+        raise ValueError(f"unknown FIM format {override!r}; choose one of: {names}") from None

@@ -1,0 +1,58 @@
+"""Tiny randomly initialised models of real architectures, saved like any local HF model folder."""
+
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+
+import torch
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from memosight_lsp.training.tokenizer_training import train_tokenizer
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+TOKENIZER_SAMPLE_FILES = ("textwrap.py", "string.py", "shlex.py", "fnmatch.py", "glob.py")
+
+
+def tiny_tokenizer(vocab_size: int = 600):
+    texts = [(STDLIB / name).read_text() for name in TOKENIZER_SAMPLE_FILES]
+    return train_tokenizer(texts, vocab_size)
+
+
+def tiny_config(arch: str, vocab_size: int, eos_id: int, pad_id: int):
+    common = {"vocab_size": vocab_size, "eos_token_id": eos_id, "pad_token_id": pad_id}
+    if arch == "llama":
+        return LlamaConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
+            **common,
+        )
+    if arch == "qwen2":
+        return Qwen2Config(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=2048, **common,
+        )
+    if arch == "gpt2":
+        return GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=2048, **common)
+    raise ValueError(arch)
+
+
+MODEL_CLASSES = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "gpt2": GPT2LMHeadModel}
+
+
+def save_tiny_model(folder: Path, arch: str = "llama", seed: int = 0) -> Path:
+    torch.manual_seed(seed)
+    tokenizer = tiny_tokenizer()
+    config = tiny_config(arch, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+    model = MODEL_CLASSES[arch](config)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
