@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tiny_models import save_tiny_model  # noqa: E402
+from tiny_models import save_tiny_model
 
 
 @pytest.fixture(scope="session")

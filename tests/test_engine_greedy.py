@@ -6,10 +6,10 @@ import random
 
 import pytest
 import torch
+from tiny_models import STDLIB
 
 from memosight_lsp.engine.greedy import StopRules, greedy_generate
 from memosight_lsp.engine.loading import load_model
-from tiny_models import STDLIB
 
 PROMPT_FILES = ("argparse.py", "json/decoder.py", "dataclasses.py", "functools.py")
 
@@ -20,7 +20,7 @@ def real_prompts(tokenizer, count: int, seed: int = 0) -> list[list[int]]:
     for i in range(count):
         text = (STDLIB / PROMPT_FILES[i % len(PROMPT_FILES)]).read_text()
         cut = rng.randrange(200, len(text))
-        ids = tokenizer.encode(text[:cut])[-rng.randrange(8, 300):]
+        ids = tokenizer.encode(text[:cut])[-rng.randrange(8, 300) :]
         prompts.append(ids)
     return prompts
 
@@ -35,7 +35,7 @@ def hf_greedy(model, prompt: list[int], max_new: int, eos: int) -> list[int]:
             eos_token_id=eos,
             pad_token_id=eos,
         )
-    new = out[0, len(prompt):].tolist()
+    new = out[0, len(prompt) :].tolist()
     return new[: new.index(eos)] if eos in new else new
 
 
@@ -76,7 +76,9 @@ def test_allowed_tokens_constrains_the_first_token(tiny_model_dir):
     prompt = real_prompts(loaded.tokenizer, 1, seed=3)[0]
     forced = [5, 6, 7]
     out = greedy_generate(
-        loaded.model, prompt, StopRules(max_new_tokens=3),
+        loaded.model,
+        prompt,
+        StopRules(max_new_tokens=3),
         allowed_tokens=lambda done: forced[len(done) : len(done) + 1] or None,
     )
     assert out.tokens == forced
@@ -85,5 +87,7 @@ def test_allowed_tokens_constrains_the_first_token(tiny_model_dir):
 def test_deterministic(tiny_model_dir):
     loaded = load_model(tiny_model_dir)
     prompt = real_prompts(loaded.tokenizer, 1, seed=5)[0]
-    runs = [greedy_generate(loaded.model, prompt, StopRules(max_new_tokens=16)).tokens for _ in range(3)]
+    runs = [
+        greedy_generate(loaded.model, prompt, StopRules(max_new_tokens=16)).tokens for _ in range(3)
+    ]
     assert runs[0] == runs[1] == runs[2]

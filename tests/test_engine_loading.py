@@ -54,7 +54,7 @@ def test_missing_folder_is_a_clear_error(tmp_path):
 
 
 def test_folder_without_config(tmp_path):
-    with pytest.raises(ModelLoadError, match="no config.json"):
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
         load_model(tmp_path)
 
 

@@ -30,14 +30,24 @@ def tiny_config(arch: str, vocab_size: int, eos_id: int, pad_id: int):
     common = {"vocab_size": vocab_size, "eos_token_id": eos_id, "pad_token_id": pad_id}
     if arch == "llama":
         return LlamaConfig(
-            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=2048,
+            tie_word_embeddings=True,
             **common,
         )
     if arch == "qwen2":
         return Qwen2Config(
-            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=2048, **common,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=2048,
+            **common,
         )
     if arch == "gpt2":
         return GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=2048, **common)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, kw_only=True)
 class FimFormat:
-    """How a model family spells prefix / suffix / middle. Prompts are built prefix-suffix-middle."""
+    """How a model family spells prefix / suffix / middle (prompts are in PSM order)."""
 
     name: str
     prefix_token: str

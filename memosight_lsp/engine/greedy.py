@@ -47,7 +47,9 @@ def forward(
     model, input_ids: torch.Tensor, cache: DynamicCache, *, last_only: bool = False
 ) -> torch.Tensor:
     """Run new tokens [1, S] on top of the cache; returns logits [S, V] ([1, V] if last_only)."""
-    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
+    out = model(
+        input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0
+    )
     return out.logits[0].float()
 
 

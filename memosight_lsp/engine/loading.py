@@ -13,10 +13,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-import torch  # noqa: E402
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
-from .fim import FimFormat, resolve_fim_format  # noqa: E402
+from .fim import FimFormat, resolve_fim_format
 
 EMBEDDED_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
@@ -77,7 +78,8 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
             dtype
         ]
     except KeyError:
-        raise ModelLoadError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+        choices = "auto, float32, bfloat16 or float16"
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use {choices}") from None
 
 
 def model_folder(path: str | os.PathLike | None) -> tuple[Path, bool]:
@@ -132,6 +134,7 @@ def load_model(
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from a local folder (None: the embedded default)."""
     started = time.perf_counter()
+    hf_logging.disable_progress_bar()  # a bar per load is noise in editor logs and CLI output
     folder, embedded = model_folder(path)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -142,7 +145,10 @@ def load_model(
     tokenizer = load_tokenizer(folder)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            folder, config=config, dtype=torch_dtype, local_files_only=True,
+            folder,
+            config=config,
+            dtype=torch_dtype,
+            local_files_only=True,
             attn_implementation="sdpa",
         )
     except (torch.OutOfMemoryError, MemoryError) as err:

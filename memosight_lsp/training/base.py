@@ -260,7 +260,9 @@ def train_base(cfg: BaseTrainingConfig) -> Path:
     history_path = out / "history.jsonl"
     started = time.monotonic() - state.elapsed_s
     last_eval = last_ckpt = time.monotonic()
-    bar = tqdm(total=int(budget_s), initial=int(state.elapsed_s), unit="s", desc="train", mininterval=5)
+    bar = tqdm(
+        total=int(budget_s), initial=int(state.elapsed_s), unit="s", desc="train", mininterval=5
+    )
     while state.elapsed_s < budget_s:
         lr = get_lr(cfg, state.step, state.elapsed_s / budget_s)
         for group in optimizer.param_groups:

@@ -99,8 +99,19 @@ def fetch_registry_sources(names: Iterable[str], dest: Path) -> list[Path]:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             subprocess.run(
-                [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                 "--no-binary", ":all:", "-d", tmp, name],
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    "-d",
+                    tmp,
+                    name,
+                ],
                 check=True,
                 stdout=subprocess.DEVNULL,
             )

@@ -1,0 +1,79 @@
+"""Entry points: `memosight` (subcommands) and `memosight-lsp` (the language server).
+
+Logging goes to stderr or a file, never stdout: for the server stdout is the protocol, and for the
+CLI it carries the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from memosight_lsp import __version__
+
+# Subcommand modules under memosight_lsp.commands, in the order `--help` lists them.
+SUBCOMMANDS = ("complete", "models")
+
+log = logging.getLogger("memosight_lsp")
+
+
+def setup_logging(verbosity: int, log_file: str | None = None) -> None:
+    level = logging.WARNING - 10 * min(verbosity, 2)
+    handler: logging.Handler = (
+        logging.FileHandler(log_file, encoding="utf-8")
+        if log_file
+        else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memosight", description="Fast multi-token code completion from a local model."
+    )
+    parser.add_argument("--version", action="version", version=f"memosight {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    parser.add_argument("--log-file", help="write logs to this file instead of stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"memosight_lsp.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose, args.log_file)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+def build_lsp_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memosight-lsp", description="MemoSight language server (stdio by default)."
+    )
+    parser.add_argument("--version", action="version", version=f"memosight-lsp {__version__}")
+    parser.add_argument("--stdio", action="store_true", help="talk LSP over stdio (the default)")
+    parser.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
+    parser.add_argument("--host", default="127.0.0.1", help="TCP host (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=2087, help="TCP port (default 2087)")
+    parser.add_argument("--log-file", help="write logs to this file instead of stderr")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    return parser
+
+
+def lsp_main(argv: Sequence[str] | None = None) -> int:
+    args = build_lsp_parser().parse_args(argv)
+    setup_logging(max(args.verbose, 1), args.log_file)
+    from memosight_lsp.server.main import serve  # heavy imports only when serving
+
+    serve(tcp=args.tcp, host=args.host, port=args.port)
+    return 0

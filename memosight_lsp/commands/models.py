@@ -1,0 +1,37 @@
+"""`memosight models`: which model is in use, where it came from, its FIM format, size, device."""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import ModelLoadError, add_model_options, emit, fail, load_model_from_args
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("models", help="show the model in use", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print a JSON object")
+    add_model_options(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        loaded = load_model_from_args(args)
+    except ModelLoadError as err:
+        return fail(str(err))
+    info = loaded.describe()
+    if args.json:
+        emit(info, as_json=True)
+        return 0
+    lines = [
+        f"model:        {info['name']}{' (embedded default)' if info['embedded'] else ''}",
+        f"loaded from:  {info['source']}",
+        f"architecture: {info['architecture']}",
+        f"parameters:   {info['parameters'] / 1e6:.2f}M",
+        f"FIM format:   {info['fimFormat'] or 'none (prefix-only prompts)'}",
+        f"device:       {info['device']} ({info['dtype']})",
+        f"vocabulary:   {info['vocabSize']} tokens",
+        f"load time:    {info['loadSeconds']:.2f} s",
+    ]
+    emit("\n".join(lines), as_json=False)
+    return 0

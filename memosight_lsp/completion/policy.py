@@ -1,0 +1,61 @@
+"""Where to complete and how much: single line vs block, mid-word, block end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BLOCK_OPENERS = (":", "{", "(", "[", "=>", "->")
+INDENT_UNIT = "    "
+
+
+@dataclass(frozen=True, kw_only=True)
+class CursorSituation:
+    line_prefix: str  # the cursor's line before the cursor
+    line_suffix: str  # the cursor's line after the cursor
+    previous_line: str  # the nearest non-blank line above
+    indent: str  # indentation of the block the completion belongs to
+
+    @property
+    def mid_word(self) -> bool:
+        return bool(self.line_prefix[-1:].isalnum() or self.line_prefix[-1:] == "_") and bool(
+            self.line_suffix[:1].isalnum() or self.line_suffix[:1] == "_"
+        )
+
+
+def leading_ws(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def describe_cursor(prefix: str, suffix: str) -> CursorSituation:
+    before_lines = prefix.split("\n")
+    line_prefix = before_lines[-1]
+    line_suffix = suffix.split("\n", 1)[0]
+    previous = next((row for row in reversed(before_lines[:-1]) if row.strip()), "")
+    if line_prefix.rstrip().endswith(BLOCK_OPENERS):
+        indent = leading_ws(line_prefix) + INDENT_UNIT  # the body of the header being completed
+    elif line_prefix.strip():
+        indent = leading_ws(line_prefix)
+    elif previous.rstrip().endswith(BLOCK_OPENERS) and len(line_prefix) <= len(
+        leading_ws(previous)
+    ):
+        indent = leading_ws(previous) + INDENT_UNIT
+    else:
+        indent = line_prefix
+    return CursorSituation(
+        line_prefix=line_prefix, line_suffix=line_suffix, previous_line=previous, indent=indent
+    )
+
+
+def wants_multiline(situation: CursorSituation, policy: str) -> bool:
+    """A block header or an empty body gets a block; mid-expression gets one line."""
+    if policy == "always":
+        return True
+    if policy == "never":
+        return False
+    if situation.line_suffix.strip():
+        return False  # code follows on this line: finish the expression only
+    stripped = situation.line_prefix.strip()
+    if stripped:
+        return stripped.endswith(BLOCK_OPENERS)
+    # Blank line: a block if it opens a body, else the next statement alone.
+    return situation.previous_line.rstrip().endswith(BLOCK_OPENERS)

@@ -1,0 +1,149 @@
+"""One completion at a cursor: context -> prompt -> decode -> post-process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
+from memosight_lsp.engine.loading import LoadedModel
+
+from . import postprocess
+from .healing import HealingConstraint, VocabularyText
+from .policy import describe_cursor, wants_multiline
+from .positions import split_at
+from .prompt import MARKER_RESERVE, Prompt, build_prompt, current_file_context
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompletionRequest:
+    text: str  # the whole document
+    line: int  # 0-based
+    column: int  # str index into the line (not UTF-16)
+    path: str | None = None
+    language_id: str | None = None
+    buffer_id: str | None = None  # the per-buffer state key (an LSP uri)
+    max_new_tokens: int = 64
+    budget_tokens: int = 1024
+    multiline: str = "auto"
+    mid_word: str = "skip"
+    plain: bool = False  # plain greedy decoding, no acceleration
+
+
+@dataclass(kw_only=True)
+class Completion:
+    text: str  # insert at the cursor
+    reason: str | None = None  # why there is no completion, when text is empty
+    multiline: bool = False
+    new_tokens: int = 0
+    prompt_tokens: int = 0
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+    total_ms: float = 0.0
+    stop_reason: str = ""
+    model: str = ""
+    raw: str = ""  # the decoded model output before trimming
+    stats: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "reason": self.reason,
+            "multiline": self.multiline,
+            "new_tokens": self.new_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "prefill_ms": round(self.prefill_ms, 2),
+            "decode_ms": round(self.decode_ms, 2),
+            "total_ms": round(self.total_ms, 2),
+            "stop_reason": self.stop_reason,
+            "model": self.model,
+            **({"stats": self.stats} if self.stats else {}),
+        }
+
+
+Decoder = Callable[..., Generation]
+
+
+class CompletionEngine:
+    """Completes at a cursor with one loaded model. Not thread-safe: one worker calls it."""
+
+    def __init__(self, loaded: LoadedModel, *, decoder: Decoder | None = None) -> None:
+        self.loaded = loaded
+        self.decoder = decoder or greedy_generate
+
+    @cached_property
+    def vocabulary(self) -> VocabularyText:
+        return VocabularyText(self.loaded.tokenizer)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.loaded.tokenizer.encode(text, add_special_tokens=False))
+
+    def context_budget(self, request: CompletionRequest) -> int:
+        limit = getattr(self.loaded.model.config, "max_position_embeddings", None) or 2048
+        room = limit - request.max_new_tokens - MARKER_RESERVE
+        return max(16, min(request.budget_tokens, room))
+
+    def prepare(self, request: CompletionRequest) -> Prompt:
+        prefix, suffix = split_at(request.text, request.line, request.column)
+        packed = current_file_context(
+            prefix, suffix, self.context_budget(request), self.count_tokens
+        )
+        return build_prompt(packed, self.loaded.fim)
+
+    def complete(
+        self, request: CompletionRequest, *, cancelled: Callable[[], bool] | None = None
+    ) -> Completion:
+        started = time.perf_counter()
+        prefix, suffix = split_at(request.text, request.line, request.column)
+        situation = describe_cursor(prefix, suffix)
+        if request.mid_word == "skip" and situation.mid_word:
+            return Completion(text="", reason="the cursor is inside a word (midWord is 'skip')")
+        multiline = wants_multiline(situation, request.multiline)
+        prompt = self.prepare(request)
+        tokenizer = self.loaded.tokenizer
+        prompt_ids = tokenizer.encode(prompt.text, add_special_tokens=True)
+        healed = prompt.healed
+
+        def generated_text(tokens) -> str:
+            return tokenizer.decode(list(tokens))[len(healed) :]
+
+        rules = StopRules(
+            max_new_tokens=request.max_new_tokens,
+            stop_token_ids=self.loaded.stop_token_ids,
+            should_stop=lambda tokens: postprocess.should_stop(
+                generated_text(tokens), situation, multiline
+            ),
+            cancelled=cancelled,
+        )
+        constraint = HealingConstraint(healed, self.vocabulary, tokenizer) if healed else None
+        decode = greedy_generate if request.plain else self.decoder
+        generation = decode(self.loaded.model, prompt_ids, rules, allowed_tokens=constraint)
+        raw = generated_text(generation.tokens)
+        text = (
+            ""
+            if generation.stop_reason == "cancelled"
+            else postprocess.finish(raw, situation, multiline)
+        )
+        return Completion(
+            text=text,
+            reason=None if text else self._empty_reason(generation),
+            multiline=multiline,
+            new_tokens=len(generation.tokens),
+            prompt_tokens=len(prompt_ids),
+            prefill_ms=generation.prefill_ms,
+            decode_ms=generation.decode_ms,
+            total_ms=(time.perf_counter() - started) * 1000,
+            stop_reason=generation.stop_reason,
+            model=self.loaded.name,
+            raw=raw,
+            stats=generation.stats,
+        )
+
+    @staticmethod
+    def _empty_reason(generation: Generation) -> str:
+        if generation.stop_reason == "cancelled":
+            return "the request was superseded or cancelled"
+        return "the model suggested nothing useful here (empty after trimming)"
