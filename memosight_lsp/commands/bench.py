@@ -1,0 +1,32 @@
+"""`memosight bench NAME ...`: run a benchmark harness; each prints JSON and may draw plots."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# bench name -> module under memosight_lsp.bench exposing main(argv: list[str]) -> int
+BENCHMARKS = {
+    "speed": "speed",
+    "context": "context_recall",
+    "indexing": "indexing",
+    "latency": "latency",
+    "compress": "compress",
+    "model": "model_quality",
+}
+
+
+def register(sub) -> None:
+    parser = sub.add_parser(
+        "bench",
+        help="run a benchmark (speed, context, indexing, latency, compress, model)",
+        description=__doc__,
+    )
+    parser.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    module = importlib.import_module(f"memosight_lsp.bench.{BENCHMARKS[args.name]}")
+    return int(module.main(list(args.rest)))
