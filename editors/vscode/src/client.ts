@@ -1,0 +1,64 @@
+// The LanguageClient for one located server. The server only ever sees its own settings tree:
+// client-only settings (serverPath, pythonPath, trace) are filtered out of every message.
+
+import * as vscode from 'vscode';
+import {
+  DidChangeConfigurationNotification,
+  type Executable,
+  LanguageClient,
+  type LanguageClientOptions,
+  TransportKind,
+} from 'vscode-languageclient/node';
+import type { ServerCommand } from './locate';
+import { buildServerSettings, type JsonObject } from './settings';
+
+export const SECTION = 'memosight';
+
+/** The server's settings tree for a scope (a document or folder URI), from VS Code's settings. */
+export function serverSettings(scope?: vscode.Uri): JsonObject {
+  const config = vscode.workspace.getConfiguration(SECTION, scope);
+  const folder = scope ? vscode.workspace.getWorkspaceFolder(scope) : vscode.workspace.workspaceFolders?.[0];
+  return buildServerSettings((key) => config.get(key), {
+    workspaceFolder: folder?.uri.fsPath,
+    userHome: process.env.HOME ?? process.env.USERPROFILE,
+  });
+}
+
+export function createClient(server: ServerCommand, output: vscode.LogOutputChannel): LanguageClient {
+  const executable: Executable = {
+    command: server.command,
+    args: server.args,
+    transport: TransportKind.stdio,
+    options: { env: { ...process.env, PYTHONUNBUFFERED: '1' } },
+  };
+  let client: LanguageClient | undefined = undefined;
+  const options: LanguageClientOptions = {
+    // Every file: the server decides per language (memosight.languages).
+    documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
+    outputChannel: output,
+    initializationOptions: serverSettings(),
+    synchronize: { configurationSection: SECTION },
+    middleware: {
+      workspace: {
+        configuration: async (params, token, next) => {
+          const result = await next(params, token);
+          if (!Array.isArray(result)) {
+            return result;
+          }
+          return params.items.map((item, i) =>
+            item.section === SECTION
+              ? serverSettings(item.scopeUri ? vscode.Uri.parse(item.scopeUri) : undefined)
+              : result[i],
+          );
+        },
+        didChangeConfiguration: async () => {
+          await client?.sendNotification(DidChangeConfigurationNotification.type, {
+            settings: { [SECTION]: serverSettings() },
+          });
+        },
+      },
+    },
+  };
+  client = new LanguageClient(SECTION, 'MemoSight', executable, options);
+  return client;
+}

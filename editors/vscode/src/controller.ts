@@ -1,0 +1,172 @@
+// Owns the language client's life (locate, start, stop, restart) and the status bar.
+
+import * as vscode from 'vscode';
+import { State, type LanguageClient } from 'vscode-languageclient/node';
+import { createClient, SECTION } from './client';
+import { locateServer, notFoundMessage, type ServerCommand } from './locate';
+import { nodeProbes } from './probes';
+import { selectedInterpreter } from './python';
+import {
+  formatClientState,
+  formatStatus,
+  parseStatus,
+  type ClientState,
+  type StatusParams,
+  type StatusView,
+} from './status';
+
+export const STATUS_NOTIFICATION = 'memosight/status';
+
+/** What the status bar currently says, for the e2e suite and for `memosight.statusMenu`. */
+export interface StatusSnapshot {
+  state: StatusParams['state'] | ClientState;
+  message: string;
+  lastLatencyMs: number | null;
+  view: StatusView;
+}
+
+export class Controller implements vscode.Disposable {
+  private client: LanguageClient | undefined;
+  private server: ServerCommand | undefined;
+  private lastLatencyMs: number | null = null;
+  private snapshot: StatusSnapshot;
+  private readonly statusEmitter = new vscode.EventEmitter<StatusSnapshot>();
+  /** Serialises start/stop so a restart during a start cannot leave two servers. */
+  private queue: Promise<unknown> = Promise.resolve();
+
+  readonly onDidChangeStatus = this.statusEmitter.event;
+
+  constructor(
+    private readonly output: vscode.LogOutputChannel,
+    private readonly statusItem: vscode.StatusBarItem,
+  ) {
+    this.snapshot = this.show('starting', '', formatClientState('starting'));
+  }
+
+  get status(): StatusSnapshot {
+    return this.snapshot;
+  }
+
+  get languageClient(): LanguageClient | undefined {
+    return this.client?.state === State.Running ? this.client : undefined;
+  }
+
+  start(): Promise<void> {
+    return this.enqueue(() => this.doStart());
+  }
+
+  stop(): Promise<void> {
+    return this.enqueue(() => this.doStop());
+  }
+
+  restart(): Promise<void> {
+    return this.enqueue(async () => {
+      this.output.info('Restarting the server');
+      await this.doStop();
+      await this.doStart();
+    });
+  }
+
+  dispose(): void {
+    void this.stop();
+    this.statusEmitter.dispose();
+  }
+
+  private enqueue(job: () => Promise<void>): Promise<void> {
+    const next = this.queue.then(job, job);
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  private async doStart(): Promise<void> {
+    this.show('starting', '', formatClientState('starting'));
+    const resource = vscode.window.activeTextEditor?.document.uri ?? vscode.workspace.workspaceFolders?.[0]?.uri;
+    const config = vscode.workspace.getConfiguration(SECTION, resource);
+    const log = (line: string): void => this.output.info(line);
+    log('Looking for the MemoSight language server:');
+    const interpreter = await selectedInterpreter(resource, log);
+    this.server = await locateServer(
+      {
+        serverPath: config.get<string>('serverPath'),
+        serverArgs: config.get<string[]>('serverArgs'),
+        interpreter: interpreter?.command,
+        interpreterSource: interpreter?.source,
+      },
+      nodeProbes,
+      log,
+    );
+    if (!this.server) {
+      const message = notFoundMessage(interpreter?.command);
+      this.output.error(message);
+      this.show('notFound', message, formatClientState('notFound', message));
+      void vscode.window.showErrorMessage(message, 'Open Settings', 'Open Logs').then((choice) => {
+        if (choice === 'Open Settings') {
+          void vscode.commands.executeCommand('workbench.action.openSettings', 'memosight.');
+        } else if (choice === 'Open Logs') {
+          this.output.show();
+        }
+      });
+      return;
+    }
+    log(`Starting: ${[this.server.command, ...this.server.args].join(' ')}`);
+    const client = createClient(this.server, this.output);
+    client.onNotification(STATUS_NOTIFICATION, (raw: unknown) => this.onStatus(raw));
+    client.onDidChangeState((event) => {
+      if (event.newState === State.Stopped && this.client === client) {
+        this.show('stopped', '', formatClientState('stopped', 'See the MemoSight output for why.'));
+      }
+    });
+    this.client = client;
+    try {
+      await client.start();
+    } catch (err) {
+      const message = `MemoSight: the server failed to start: ${err instanceof Error ? err.message : String(err)}`;
+      this.output.error(message);
+      this.show('error', message, formatClientState('stopped', message));
+      void vscode.window.showErrorMessage(message, 'Open Logs').then((choice) => {
+        if (choice) {
+          this.output.show();
+        }
+      });
+    }
+  }
+
+  private async doStop(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    if (client && client.state !== State.Stopped) {
+      try {
+        await client.stop(5000);
+      } catch (err) {
+        this.output.warn(`Stopping the server: ${String(err)}`);
+      }
+    }
+    this.show('stopped', '', formatClientState('stopped'));
+  }
+
+  private onStatus(raw: unknown): void {
+    const status = parseStatus(raw);
+    if (!status) {
+      this.output.warn(`Ignoring a malformed ${STATUS_NOTIFICATION} notification: ${JSON.stringify(raw)}`);
+      return;
+    }
+    if (status.lastLatencyMs !== null) {
+      this.lastLatencyMs = status.lastLatencyMs;
+    }
+    if (status.state === 'error') {
+      this.output.error(`Server error: ${status.message}`);
+    }
+    this.show(status.state, status.message, formatStatus(status, this.lastLatencyMs));
+  }
+
+  private show(state: StatusSnapshot['state'], message: string, view: StatusView): StatusSnapshot {
+    this.statusItem.text = view.text;
+    this.statusItem.tooltip = view.tooltip;
+    this.statusItem.backgroundColor =
+      view.severity === 'none' ? undefined : new vscode.ThemeColor(`statusBarItem.${view.severity}Background`);
+    this.statusItem.show();
+    this.snapshot = { state, message, lastLatencyMs: this.lastLatencyMs, view };
+    this.statusEmitter.fire(this.snapshot);
+    return this.snapshot;
+  }
+}
