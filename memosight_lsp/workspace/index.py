@@ -1,0 +1,389 @@
+"""The workspace index: every source file's definitions and imports, a symbol table over them, open
+buffers kept in step with the editor, and a msgpack cache so a restart does not re-parse."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from . import cache
+from .buffers import Buffer, TextEdit
+from .extract import extract
+from .files import MAX_FILE_BYTES, is_binary, is_indexable, iter_source_files
+from .languages import LanguageSpec, language_for, language_named, parser
+from .resolve import Resolver, Target
+from .symbols import Definition, FileSymbols, Import
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[int, int], None]
+_TEXT_CACHE_SIZE = 64
+_PARSED_CACHE_SIZE = 8
+
+
+def content_digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def to_path(path_or_uri: str | Path) -> Path:
+    """A filesystem path from a path or a file:// URI."""
+    if isinstance(path_or_uri, str) and path_or_uri.startswith("file:"):
+        return Path(unquote(urlparse(path_or_uri).path))
+    return Path(path_or_uri)
+
+
+def parse_source(spec: LanguageSpec, rel: str, data: bytes, mtime_ns: int = 0) -> FileSymbols:
+    tree = parser(spec).parse(data)
+    defs, imports = extract(spec, tree, data)
+    return FileSymbols(
+        rel, spec.name, content_digest(data), len(data), mtime_ns, tuple(defs), tuple(imports)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ScanStats:
+    files: int
+    parsed: int
+    reused: int
+    seconds: float
+    cache_file: str | None
+
+
+class WorkspaceIndex:
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        cache_dir: str | Path | None = None,
+        use_cache: bool = True,
+        max_file_bytes: int = MAX_FILE_BYTES,
+    ) -> None:
+        self.root = to_path(root).resolve()
+        self.max_file_bytes = max_file_bytes
+        self.cache_file: Path | None = None
+        if use_cache:
+            folder = Path(cache_dir) if cache_dir else cache.default_cache_dir(self.root)
+            self.cache_file = folder / cache.CACHE_FILE
+        self._files: dict[str, FileSymbols] = {}
+        self._buffers: dict[str, Buffer] = {}
+        self._buffer_symbols: dict[str, FileSymbols] = {}
+        self._names: dict[str, set[str]] = {}
+        self._resolver = Resolver()
+        self._texts: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._parsed: OrderedDict[str, FileSymbols] = OrderedDict()
+        self._lock = threading.RLock()
+        self._dirty = False
+        self._watcher: object | None = None
+
+    # -- paths ---------------------------------------------------------------------------------
+    def relpath(self, path: str | Path) -> str:
+        """Root-relative '/'-separated path; files outside the root keep their absolute path."""
+        p = to_path(path)
+        if not p.is_absolute():
+            return p.as_posix()
+        try:
+            return p.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return p.as_posix()
+
+    def abspath(self, rel: str) -> Path:
+        return Path(rel) if rel.startswith("/") else self.root / rel
+
+    # -- whole-workspace scan ------------------------------------------------------------------
+    def scan(self, on_progress: ProgressCallback | None = None) -> ScanStats:
+        """Index the workspace, reusing cached entries whose size+mtime or content hash match."""
+        started = time.perf_counter()
+        cached = cache.load(self.cache_file, self.root) if self.cache_file else {}
+        entries = list(iter_source_files(self.root, self.max_file_bytes))
+        total = len(entries)
+        files: dict[str, FileSymbols] = {}
+        parsed = reused = 0
+        for done, (rel, stat) in enumerate(entries, 1):
+            old = cached.get(rel)
+            if old is not None and old.size == stat.st_size and old.mtime_ns == stat.st_mtime_ns:
+                files[rel] = old
+                reused += 1
+            else:
+                symbols = self._read_and_parse(rel, stat.st_mtime_ns, old)
+                if symbols is not None:
+                    files[rel] = symbols
+                    if symbols is old or (old is not None and symbols.digest == old.digest):
+                        reused += 1
+                    else:
+                        parsed += 1
+            if on_progress is not None:
+                on_progress(done, total)
+        with self._lock:
+            self._files = files
+            self._rebuild_tables()
+            self._dirty = parsed > 0 or len(files) != len(cached) or reused != len(cached)
+        if self._dirty:
+            self.save()
+        seconds = time.perf_counter() - started
+        log.info(
+            "indexed %d files (%d parsed, %d from cache) in %.2fs", total, parsed, reused, seconds
+        )
+        return ScanStats(
+            len(files), parsed, reused, seconds, str(self.cache_file) if self.cache_file else None
+        )
+
+    def save(self) -> None:
+        if self.cache_file is None:
+            return
+        with self._lock:
+            snapshot = dict(self._files)
+            self._dirty = False
+        cache.save(self.cache_file, self.root, snapshot)
+
+    def _read_and_parse(
+        self, rel: str, mtime_ns: int, old: FileSymbols | None
+    ) -> FileSymbols | None:
+        spec = language_for(rel)
+        if spec is None:
+            return None
+        try:
+            data = self.abspath(rel).read_bytes()
+        except OSError:
+            return None
+        if len(data) > self.max_file_bytes or is_binary(data):
+            return None
+        if old is not None and old.digest == content_digest(data):
+            return replace(old, mtime_ns=mtime_ns)
+        return parse_source(spec, rel, data, mtime_ns)
+
+    # -- single files (watcher, didSave) -------------------------------------------------------
+    def update_file(self, path: str | Path) -> FileSymbols | None:
+        """Re-index one file from disk; a file that is no longer indexable is removed."""
+        rel = self.relpath(path)
+        if rel.startswith("/") or not is_indexable(self.root, rel, self.max_file_bytes):
+            self.remove_file(rel)
+            return None
+        try:
+            mtime_ns = self.abspath(rel).stat().st_mtime_ns
+        except OSError:
+            self.remove_file(rel)
+            return None
+        with self._lock:
+            old = self._files.get(rel)
+        symbols = self._read_and_parse(rel, mtime_ns, old)
+        if symbols is None:
+            self.remove_file(rel)
+            return None
+        with self._lock:
+            self._set_file(rel, symbols)
+        return symbols
+
+    def remove_file(self, path: str | Path) -> None:
+        rel = self.relpath(path)
+        with self._lock:
+            if rel in self._files:
+                before = self._effective(rel)
+                del self._files[rel]
+                self._resolver.remove(rel)
+                self._reindex_names(rel, before)
+                self._texts.pop(rel, None)
+                self._dirty = True
+
+    def remove_under(self, path: str | Path) -> None:
+        """Forget every file below a folder (deleted or moved away)."""
+        prefix = self.relpath(path).rstrip("/") + "/"
+        with self._lock:
+            doomed = [rel for rel in self._files if rel.startswith(prefix)]
+        for rel in doomed:
+            self.remove_file(rel)
+
+    def _set_file(self, rel: str, symbols: FileSymbols) -> None:
+        before = self._effective(rel)
+        self._files[rel] = symbols
+        self._resolver.add(rel)
+        self._reindex_names(rel, before)
+        self._dirty = True
+
+    # -- open buffers --------------------------------------------------------------------------
+    def update_buffer(
+        self,
+        path: str | Path,
+        text: str | None = None,
+        *,
+        edits: Sequence[TextEdit] = (),
+        language_id: str | None = None,
+    ) -> FileSymbols | None:
+        """Open or change an editor buffer: full `text`, or `edits` applied incrementally."""
+        rel = self.relpath(path)
+        with self._lock:
+            buffer = self._buffers.get(rel)
+            if buffer is None:
+                spec = language_for(rel, language_id)
+                if spec is None:
+                    return None
+                if text is None:
+                    raise ValueError(f"buffer {rel} is not open: the first update needs its text")
+                buffer = self._buffers[rel] = Buffer(spec, text)
+            elif edits:
+                buffer.apply(edits)
+            elif text is not None:
+                buffer.replace(text)
+            before = self._effective(rel)
+            data = buffer.text.encode("utf-8")
+            defs, imports = extract(buffer.spec, buffer.tree, data)
+            symbols = FileSymbols(
+                rel,
+                buffer.spec.name,
+                content_digest(data),
+                len(data),
+                0,
+                tuple(defs),
+                tuple(imports),
+            )
+            self._buffer_symbols[rel] = symbols
+            self._reindex_names(rel, before)
+            return symbols
+
+    def close_buffer(self, path: str | Path) -> None:
+        rel = self.relpath(path)
+        with self._lock:
+            if rel not in self._buffers:
+                return
+            before = self._effective(rel)
+            del self._buffers[rel]
+            self._buffer_symbols.pop(rel, None)
+            self._reindex_names(rel, before)
+
+    def buffer(self, path: str | Path) -> Buffer | None:
+        return self._buffers.get(self.relpath(path))
+
+    # -- queries -------------------------------------------------------------------------------
+    def files(self) -> list[str]:
+        with self._lock:
+            return sorted(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def symbols(self, path: str | Path) -> FileSymbols | None:
+        """Definitions of a file: its open buffer's if it has one, else the indexed disk version."""
+        return self._effective(self.relpath(path))
+
+    def definitions(self, name: str) -> list[tuple[str, Definition]]:
+        """Every definition called `name`, by file path order."""
+        with self._lock:
+            rels = sorted(self._names.get(name, ()))
+            out: list[tuple[str, Definition]] = []
+            for rel in rels:
+                symbols = self._effective(rel)
+                if symbols is not None:
+                    out.extend((rel, d) for d in symbols.definitions if d.name == name)
+            return out
+
+    def resolve_import(self, rel: str, language: str, imp: Import) -> tuple[Target, ...]:
+        return self._resolver.resolve(rel, language, imp)
+
+    def text(self, path: str | Path) -> str | None:
+        """Current text of a file (open buffer first), re-indexing it if the disk copy moved on."""
+        rel = self.relpath(path)
+        with self._lock:
+            buffer = self._buffers.get(rel)
+            if buffer is not None:
+                return buffer.text
+            symbols = self._files.get(rel)
+            hit = self._texts.get(rel)
+            if hit is not None and symbols is not None and hit[0] == symbols.digest:
+                self._texts.move_to_end(rel)
+                return hit[1]
+        try:
+            data = self.abspath(rel).read_bytes()
+        except OSError:
+            return None
+        digest = content_digest(data)
+        if symbols is not None and digest != symbols.digest:
+            self.update_file(rel)  # changed behind our back (watcher not yet flushed)
+        text = data.decode("utf-8", "replace")
+        with self._lock:
+            self._texts[rel] = (digest, text)
+            while len(self._texts) > _TEXT_CACHE_SIZE:
+                self._texts.popitem(last=False)
+        return text
+
+    def symbols_for_text(
+        self, path: str | Path | None, text: str, language_id: str | None = None
+    ) -> FileSymbols | None:
+        """Symbols of a document's current text, from the index when it matches, else parsed."""
+        spec = language_for(path, language_id)
+        if spec is None:
+            return None
+        rel = self.relpath(path) if path is not None else "<unsaved>"
+        data = text.encode("utf-8")
+        digest = content_digest(data)
+        with self._lock:
+            for known in (self._buffer_symbols.get(rel), self._files.get(rel)):
+                if known is not None and known.digest == digest:
+                    return known
+            hit = self._parsed.get(digest)
+            if hit is not None and hit.path == rel:
+                return hit
+        symbols = parse_source(spec, rel, data)
+        with self._lock:
+            self._parsed[digest] = symbols
+            while len(self._parsed) > _PARSED_CACHE_SIZE:
+                self._parsed.popitem(last=False)
+        return symbols
+
+    def language(self, rel: str) -> LanguageSpec | None:
+        symbols = self._effective(rel)
+        return language_named(symbols.language) if symbols else language_for(rel)
+
+    # -- watching ------------------------------------------------------------------------------
+    def start_watching(
+        self, debounce_s: float = 0.2, on_change: Callable[[list[str]], None] | None = None
+    ) -> None:
+        from .watcher import Watcher  # watchdog starts threads: only load it when asked
+
+        if self._watcher is None:
+            watcher = Watcher(self, debounce_s=debounce_s, on_change=on_change)
+            watcher.start()
+            self._watcher = watcher
+
+    def stop_watching(self) -> None:
+        watcher = self._watcher
+        self._watcher = None
+        if watcher is not None:
+            watcher.stop()  # type: ignore[attr-defined]
+        if self._dirty:
+            self.save()
+
+    # -- internals -----------------------------------------------------------------------------
+    def _effective(self, rel: str) -> FileSymbols | None:
+        return self._buffer_symbols.get(rel) or self._files.get(rel)
+
+    def _rebuild_tables(self) -> None:
+        self._names = {}
+        self._resolver = Resolver()
+        for rel in self._files:
+            self._resolver.add(rel)
+        for rel in set(self._files) | set(self._buffer_symbols):
+            symbols = self._effective(rel)
+            if symbols is not None:
+                self._add_names(rel, (d.name for d in symbols.definitions))
+
+    def _add_names(self, rel: str, names: Iterable[str]) -> None:
+        for name in names:
+            self._names.setdefault(name, set()).add(rel)
+
+    def _reindex_names(self, rel: str, before: FileSymbols | None) -> None:
+        after = self._effective(rel)
+        old = {d.name for d in before.definitions} if before else set()
+        new = {d.name for d in after.definitions} if after else set()
+        for name in old - new:
+            holders = self._names.get(name)
+            if holders is not None:
+                holders.discard(rel)
+                if not holders:
+                    del self._names[name]
+        self._add_names(rel, new - old)

@@ -1,0 +1,103 @@
+"""What the index knows about one file: its definitions and imports (plain data, msgpack-able)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Lines are 0-based and inclusive at both ends; -1 means "none".
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    name: str
+    kind: str  # function, method, class, struct, interface, trait, impl, enum, type, constant
+    qualname: str  # Outer.inner for members
+    start_line: int  # first line of the definition (decorators included)
+    end_line: int
+    sig_end_line: int  # last line of the header (before the body)
+    doc_start: int  # docstring (Python) or leading comment (others)
+    doc_end: int
+    parent: int  # index of the enclosing definition in FileSymbols.definitions, or -1
+    signature: str  # header text, whitespace-collapsed
+    idents: tuple[str, ...]  # identifiers used in the definition (sorted, own name excluded)
+
+    def to_wire(self) -> list[Any]:
+        return [
+            self.name,
+            self.kind,
+            self.qualname,
+            self.start_line,
+            self.end_line,
+            self.sig_end_line,
+            self.doc_start,
+            self.doc_end,
+            self.parent,
+            self.signature,
+            list(self.idents),
+        ]
+
+    @classmethod
+    def from_wire(cls, row: list[Any]) -> Definition:
+        return cls(*row[:10], tuple(row[10]))
+
+    @property
+    def first_line(self) -> int:
+        """Where the snippet starts: a leading comment counts as part of the definition."""
+        if 0 <= self.doc_start < self.start_line:
+            return self.doc_start
+        return self.start_line
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    """One name bound by an import statement, as written (resolved later against the workspace)."""
+
+    module: str  # "os.path", ".util", "./util", "fmt", "crate::util", "util.h"
+    name: str | None  # imported name; None = the module itself; "*" = everything
+    alias: str | None  # the local name the code uses (None for C includes and `import *`)
+    line: int
+
+    def to_wire(self) -> list[Any]:
+        return [self.module, self.name, self.alias, self.line]
+
+    @classmethod
+    def from_wire(cls, row: list[Any]) -> Import:
+        return cls(*row)
+
+
+@dataclass(frozen=True, slots=True)
+class FileSymbols:
+    path: str  # relative to the workspace root, '/' separated
+    language: str
+    digest: str  # content hash
+    size: int
+    mtime_ns: int
+    definitions: tuple[Definition, ...]
+    imports: tuple[Import, ...]
+
+    def to_wire(self) -> list[Any]:
+        return [
+            self.language,
+            self.digest,
+            self.size,
+            self.mtime_ns,
+            [d.to_wire() for d in self.definitions],
+            [i.to_wire() for i in self.imports],
+        ]
+
+    @classmethod
+    def from_wire(cls, path: str, row: list[Any]) -> FileSymbols:
+        return cls(
+            path,
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            tuple(Definition.from_wire(d) for d in row[4]),
+            tuple(Import.from_wire(i) for i in row[5]),
+        )
+
+    def enclosing(self, line: int) -> list[Definition]:
+        """Definitions containing `line`, outermost first."""
+        return [d for d in self.definitions if d.start_line <= line <= d.end_line]
