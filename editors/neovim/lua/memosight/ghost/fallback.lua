@@ -1,0 +1,326 @@
+--- The plugin's own ghost text for Neovim 0.10/0.11 (or when forced): asks the server for
+--- textDocument/inlineCompletion after a pause in typing and draws the answer with extmarks,
+--- the first line inline at the cursor and the rest as virtual lines below it.
+
+local suggestion = require("memosight.suggestion")
+
+local api = vim.api
+local uv = vim.uv or vim.loop
+
+local M = {}
+
+M.name = "fallback"
+M.ns = api.nvim_create_namespace("memosight.ghost_text")
+M.hl_group = "MemoSightGhostText"
+
+--- Set by init: the client serving a buffer, and the debounce in ms.
+---@type fun(bufnr: integer): vim.lsp.Client?
+M.get_client = function()
+  return nil
+end
+M.debounce_ms = 150
+
+---@class (private) memosight.FallbackState
+---@field augroup integer
+---@field timer? uv.uv_timer_t
+---@field request? {client: vim.lsp.Client, id: integer}
+---@field current? memosight.Suggestion
+
+---@type table<integer, memosight.FallbackState>
+local buffers = {}
+
+---@return boolean
+function M.available()
+  return true
+end
+
+---@param client vim.lsp.Client
+local function client_call(client, method, ...)
+  if vim.fn.has("nvim-0.11") == 1 then
+    return client[method](client, ...)
+  end
+  return client[method](...)
+end
+
+---@param bufnr integer
+local function clear(bufnr)
+  local st = buffers[bufnr]
+  if not st then
+    return
+  end
+  if st.timer then
+    st.timer:stop()
+  end
+  if st.request then
+    pcall(client_call, st.request.client, "cancel_request", st.request.id)
+    st.request = nil
+  end
+  st.current = nil
+  if api.nvim_buf_is_valid(bufnr) then
+    api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
+  end
+end
+
+---@param s memosight.Suggestion
+local function draw(s)
+  api.nvim_buf_clear_namespace(s.bufnr, M.ns, 0, -1)
+  local lines = vim.split(s.text, "\n", { plain = true })
+  local virt_lines = {}
+  for i = 2, #lines do
+    virt_lines[#virt_lines + 1] = { { lines[i], M.hl_group } }
+  end
+  api.nvim_buf_set_extmark(s.bufnr, M.ns, s.row, s.col, {
+    virt_text = { { lines[1], M.hl_group } },
+    virt_text_pos = "inline",
+    virt_lines = #virt_lines > 0 and virt_lines or nil,
+    hl_mode = "combine",
+  })
+end
+
+--- Cursor of the window showing `bufnr` as {row, col}, 0-based; nil when not the current one.
+---@param bufnr integer
+---@return integer[]?
+local function cursor_in(bufnr)
+  if api.nvim_get_current_buf() ~= bufnr then
+    return nil
+  end
+  local cursor = api.nvim_win_get_cursor(0)
+  return { cursor[1] - 1, cursor[2] }
+end
+
+---@param bufnr integer
+---@param client vim.lsp.Client
+---@param item table lsp.InlineCompletionItem
+---@param cursor integer[]
+---@return memosight.Suggestion?
+local function to_suggestion(bufnr, client, item, cursor)
+  local text = item.insertText
+  if type(text) == "table" then
+    text = text.value
+  end
+  if type(text) ~= "string" then
+    return nil
+  end
+  local range
+  if item.range then
+    local r, enc = item.range, client.offset_encoding
+    local function byte(pos)
+      local line = api.nvim_buf_get_lines(bufnr, pos.line, pos.line + 1, false)[1] or ""
+      return suggestion.byte_col(line, pos.character, enc)
+    end
+    range = { r.start.line, byte(r.start), r["end"].line, byte(r["end"]) }
+  end
+  return suggestion.from_item(bufnr, cursor, text, range)
+end
+
+---@param bufnr integer
+local function request(bufnr)
+  local st = buffers[bufnr]
+  local client = M.get_client(bufnr)
+  local cursor = cursor_in(bufnr)
+  if not st or not client or not cursor or not api.nvim_get_mode().mode:match("^i") then
+    return
+  end
+  local tick = api.nvim_buf_get_changedtick(bufnr)
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  params.context = { triggerKind = 2 } -- Automatic
+  local ok, id = client_call(
+    client,
+    "request",
+    "textDocument/inlineCompletion",
+    params,
+    function(err, result)
+      if st.request and st.request.id == id then
+        st.request = nil
+      end
+      -- Drop answers to questions that no longer stand.
+      local now = cursor_in(bufnr)
+      if err or not result or not now or not vim.deep_equal(now, cursor) then
+        return
+      end
+      if api.nvim_buf_get_changedtick(bufnr) ~= tick or not api.nvim_get_mode().mode:match("^i") then
+        return
+      end
+      local items = result.items or result
+      local s = items[1] and to_suggestion(bufnr, client, items[1], cursor)
+      st.current = s
+      if s then
+        draw(s)
+      else
+        api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
+      end
+    end,
+    bufnr
+  )
+  if ok then
+    st.request = { client = client, id = id }
+  end
+end
+
+--- After an edit: keep showing what is left when the user typed the suggestion's own text.
+---@param bufnr integer
+---@return boolean kept
+local function type_through(bufnr)
+  local st = buffers[bufnr]
+  local s = st and st.current
+  local cursor = cursor_in(bufnr)
+  if not s or not cursor or cursor[1] ~= s.row or cursor[2] <= s.col then
+    return false
+  end
+  local typed = api.nvim_buf_get_text(bufnr, s.row, s.col, s.row, cursor[2], {})[1]
+  if s.text:sub(1, #typed) ~= typed or #typed >= #s.text then
+    return false
+  end
+  local shift = #typed
+  st.current = vim.tbl_extend("force", s, {
+    col = cursor[2],
+    text = s.text:sub(shift + 1),
+    end_col = s.end_row == s.row and math.max(s.end_col + shift, cursor[2]) or s.end_col,
+  })
+  draw(st.current)
+  return true
+end
+
+--- Whether the current suggestion still fits the cursor (advancing it when typed along).
+---@param bufnr integer
+---@return boolean
+local function still_shown(bufnr)
+  local st = buffers[bufnr]
+  local s = st and st.current
+  local cursor = cursor_in(bufnr)
+  if s and cursor and cursor[1] == s.row and cursor[2] == s.col then
+    return true
+  end
+  return type_through(bufnr)
+end
+
+---@param bufnr integer
+local function schedule_request(bufnr)
+  local st = buffers[bufnr]
+  if not st then
+    return
+  end
+  if st.request then
+    pcall(client_call, st.request.client, "cancel_request", st.request.id)
+    st.request = nil
+  end
+  st.timer = st.timer or assert(uv.new_timer())
+  st.timer:stop()
+  st.timer:start(M.debounce_ms, 0, vim.schedule_wrap(function()
+    request(bufnr)
+  end))
+end
+
+---@param bufnr integer
+function M.attach(bufnr)
+  if buffers[bufnr] then
+    return
+  end
+  local group = api.nvim_create_augroup("memosight.ghost." .. bufnr, { clear = true })
+  buffers[bufnr] = { augroup = group }
+  api.nvim_create_autocmd("InsertEnter", {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      clear(bufnr)
+      schedule_request(bufnr)
+    end,
+  })
+  -- Typing fires CursorMovedI, then TextChangedI: both keep a suggestion the user types along.
+  api.nvim_create_autocmd("CursorMovedI", {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      if not still_shown(bufnr) then
+        clear(bufnr)
+        schedule_request(bufnr)
+      end
+    end,
+  })
+  api.nvim_create_autocmd("TextChangedI", {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      if not still_shown(bufnr) then
+        clear(bufnr)
+      end
+      schedule_request(bufnr)
+    end,
+  })
+  api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      clear(bufnr)
+    end,
+  })
+end
+
+---@param bufnr integer
+function M.detach(bufnr)
+  local st = buffers[bufnr]
+  if not st then
+    return
+  end
+  clear(bufnr)
+  if st.timer and not st.timer:is_closing() then
+    st.timer:close()
+  end
+  pcall(api.nvim_del_augroup_by_id, st.augroup)
+  buffers[bufnr] = nil
+end
+
+---@param bufnr integer
+---@return string?
+function M.text(bufnr)
+  local st = buffers[bufnr]
+  return st and st.current and st.current.text or nil
+end
+
+---@param bufnr integer
+---@param pick? fun(text: string): string
+---@return boolean
+local function accept_with(bufnr, pick)
+  local st = buffers[bufnr]
+  local s = st and st.current
+  if not s then
+    return false
+  end
+  clear(bufnr)
+  if pick then
+    suggestion.insert(s, pick(s.text), false)
+  else
+    suggestion.insert(s, s.text, true)
+  end
+  return true
+end
+
+---@param bufnr integer
+---@return boolean
+function M.accept(bufnr)
+  return accept_with(bufnr)
+end
+
+---@param bufnr integer
+---@return boolean
+function M.accept_word(bufnr)
+  return accept_with(bufnr, suggestion.next_word)
+end
+
+---@param bufnr integer
+---@return boolean
+function M.accept_line(bufnr)
+  return accept_with(bufnr, suggestion.next_line)
+end
+
+---@param bufnr integer
+---@return boolean
+function M.dismiss(bufnr)
+  if not M.text(bufnr) then
+    return false
+  end
+  clear(bufnr)
+  return true
+end
+
+return M

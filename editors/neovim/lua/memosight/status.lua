@@ -1,0 +1,56 @@
+--- The server's `memosight/status` notifications, kept for statuslines and the health check.
+
+local M = {}
+
+---@class memosight.Status
+---@field state "starting"|"loading"|"ready"|"disabled"|"error"|"stopped"
+---@field message string
+---@field model string?
+---@field lastLatencyMs number?
+
+---@type memosight.Status
+local current = { state = "stopped", message = "server not started", model = nil, lastLatencyMs = nil }
+
+--- Whether to show errors as notifications (set from the config).
+M.notify_errors = true
+
+---@return memosight.Status
+function M.get()
+  return vim.deepcopy(current)
+end
+
+--- Replaces the status and tells statuslines (User MemoSightStatus) to redraw.
+---@param new memosight.Status
+function M.set(new)
+  local was_error = current.state == "error" and current.message == new.message
+  current = {
+    state = new.state,
+    message = new.message or "",
+    model = new.model ~= vim.NIL and new.model or nil,
+    lastLatencyMs = new.lastLatencyMs ~= vim.NIL and new.lastLatencyMs or nil,
+  }
+  if current.state == "error" and M.notify_errors and not was_error then
+    vim.notify("memosight: " .. current.message, vim.log.levels.ERROR)
+  end
+  vim.api.nvim_exec_autocmds("User", { pattern = "MemoSightStatus", modeline = false })
+end
+
+--- Handler for the `memosight/status` notification.
+---@param result memosight.Status
+function M.handler(_, result)
+  if type(result) == "table" and type(result.state) == "string" then
+    M.set(result)
+  end
+end
+
+--- A short text for statuslines, e.g. "MemoSight ready 42ms".
+---@return string
+function M.line()
+  local text = "MemoSight " .. current.state
+  if current.state == "ready" and current.lastLatencyMs then
+    text = ("%s %dms"):format(text, math.floor(current.lastLatencyMs + 0.5))
+  end
+  return text
+end
+
+return M
