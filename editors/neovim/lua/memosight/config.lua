@@ -173,7 +173,9 @@ function M.resolve(opts)
   check("opts", opts, "table")
   local ok, err = pcall(validate, opts)
   if not ok then
-    error("memosight: " .. tostring(err), 0)
+    -- vim.validate prefixes its own file:line, which tells the user nothing.
+    local message = tostring(err):gsub("^[^\n]-%.lua:%d+: ", "")
+    error("memosight: " .. message, 0)
   end
   local merged = vim.tbl_deep_extend("force", vim.deepcopy(M.defaults), opts)
   -- Lists replace rather than merge element-wise.

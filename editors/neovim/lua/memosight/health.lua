@@ -1,0 +1,216 @@
+--- :checkhealth memosight — tells the user exactly what is missing or wrong.
+
+local M = {}
+
+local health = vim.health
+
+local MIN_PYTHON = { 3, 10 }
+local INSTALL_HINT = "install the server with `pip install memosight-lsp` in a Python 3.10+ "
+  .. "environment, or set `cmd` in setup() (e.g. { '/path/to/python', '-m', 'memosight_lsp' })"
+
+---@param cmd string[]
+---@param timeout_ms integer
+---@return integer code, string stdout, string stderr
+local function run(cmd, timeout_ms)
+  local ok, proc = pcall(vim.system, cmd, { text = true })
+  if not ok then
+    return -1, "", tostring(proc)
+  end
+  local res = proc:wait(timeout_ms)
+  if res.signal ~= 0 and res.code == 0 then
+    return 124, res.stdout or "", "timed out after " .. timeout_ms .. " ms"
+  end
+  return res.code, res.stdout or "", res.stderr or ""
+end
+
+---@param text string
+---@return string
+local function last_line(text)
+  local lines = vim.split(vim.trim(text), "\n", { plain = true })
+  return lines[#lines] or ""
+end
+
+--- The Python interpreter behind the server command: the command itself when it is a Python,
+--- else the interpreter in the console script's #! line.
+---@param exe string absolute path of cmd[1]
+---@return string?
+local function python_of(exe)
+  if vim.fs.basename(exe):match("^python") then
+    return exe
+  end
+  local ok, lines = pcall(vim.fn.readfile, exe, "", 1)
+  local shebang = ok and lines[1] or ""
+  local interp = shebang:match("^#!%s*(%S+)")
+  if not interp then
+    return nil
+  end
+  if vim.fs.basename(interp) == "env" then
+    local name = shebang:match("^#!%s*%S+%s+(%S+)")
+    return name and vim.fn.exepath(name) ~= "" and vim.fn.exepath(name) or nil
+  end
+  return vim.fs.basename(interp):match("^python") and interp or nil
+end
+
+local function check_neovim()
+  health.start("Neovim")
+  local v = vim.version()
+  local text = ("%d.%d.%d"):format(v.major, v.minor, v.patch)
+  if vim.fn.has("nvim-0.10") == 0 then
+    health.error("Neovim " .. text .. " is too old", { "MemoSight needs Neovim 0.10 or newer" })
+    return
+  end
+  health.ok("Neovim " .. text)
+  if vim.fn.has("nvim-0.11") == 1 then
+    health.ok("server started through vim.lsp.config / vim.lsp.enable")
+  else
+    health.info("Neovim 0.10: server started with vim.lsp.start per buffer")
+  end
+  local path, reason = require("memosight").ghost_path()
+  if path then
+    health.ok(("ghost text: %s (%s)"):format(path, reason))
+  else
+    local builtin = require("memosight.ghost.builtin").available()
+    health.info("ghost text would be: " .. (builtin and "builtin (vim.lsp.inline_completion)" or "fallback (plugin extmarks)"))
+  end
+end
+
+---@return memosight.Config?
+local function check_setup()
+  health.start("Configuration")
+  local cfg = require("memosight").config()
+  if not cfg then
+    health.warn("setup() has not been called", { "add require('memosight').setup({}) to your config" })
+    return nil
+  end
+  health.ok("setup() called; cmd = " .. vim.inspect(cfg.cmd))
+  local keys = {}
+  for action, lhs in pairs(cfg.keymaps) do
+    if lhs then
+      keys[#keys + 1] = action .. " = " .. lhs
+    end
+  end
+  table.sort(keys)
+  if #keys == 0 then
+    health.info("no keymaps set: accept with vim.lsp.inline_completion.get() or require('memosight').accept()")
+  else
+    health.ok("keymaps: " .. table.concat(keys, ", "))
+  end
+  local model_path = vim.tbl_get(cfg.settings, "model", "path")
+  if type(model_path) == "string" and vim.fn.isdirectory(vim.fn.expand(model_path)) == 0 then
+    health.error("settings.model.path does not exist: " .. model_path)
+  end
+  return cfg
+end
+
+---@param cfg memosight.Config
+---@return string? python
+local function check_server(cfg)
+  health.start("Server")
+  local exe = vim.fn.exepath(cfg.cmd[1])
+  if exe == "" then
+    health.error(("server command not found: %s"):format(cfg.cmd[1]), { INSTALL_HINT })
+    return nil
+  end
+  health.ok("server command: " .. exe)
+  local python = python_of(exe)
+  if not python then
+    health.warn("could not tell which Python runs " .. exe .. "; skipping the Python checks")
+    return nil
+  end
+  local code, out, err = run({ python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])" }, 10000)
+  if code ~= 0 then
+    health.error(("%s does not run: %s"):format(python, last_line(err)))
+    return nil
+  end
+  local version = vim.trim(out)
+  local major, minor = version:match("^(%d+)%.(%d+)")
+  if tonumber(major) < MIN_PYTHON[1] or (tonumber(major) == MIN_PYTHON[1] and tonumber(minor) < MIN_PYTHON[2]) then
+    health.error(("Python %s at %s is too old (3.10+ needed)"):format(version, python))
+    return nil
+  end
+  health.ok(("Python %s (%s)"):format(version, python))
+  code, out, err = run({ python, "-c", "import memosight_lsp; print(memosight_lsp.__version__)" }, 20000)
+  if code ~= 0 then
+    health.error("the memosight_lsp package does not import: " .. last_line(err), { INSTALL_HINT })
+    return nil
+  end
+  health.ok("memosight_lsp " .. vim.trim(out))
+  return python
+end
+
+--- Loads the configured model the way the server would (`memosight models --json`).
+---@param cfg memosight.Config
+---@param python string
+local function check_model(cfg, python)
+  health.start("Model")
+  local model = cfg.settings.model or {}
+  local cmd = { python, "-c", "import sys; from memosight_lsp.cli import main; sys.exit(main())", "models", "--json" }
+  for option, key in pairs({ ["--model"] = "path", ["--device"] = "device", ["--dtype"] = "dtype", ["--fim-format"] = "fimFormat" }) do
+    if type(model[key]) == "string" then
+      vim.list_extend(cmd, { option, vim.fn.expand(model[key]) })
+    end
+  end
+  local code, out, err = run(cmd, 60000)
+  if code ~= 0 then
+    health.error("the model does not load: " .. last_line(err ~= "" and err or out), {
+      "set settings.model.path to a local Hugging Face model folder, or reinstall memosight-lsp",
+    })
+    return
+  end
+  local ok, info = pcall(vim.json.decode, out)
+  if not ok or type(info) ~= "table" then
+    health.warn("`memosight models --json` printed something unexpected: " .. last_line(out))
+    return
+  end
+  health.ok(("model %s loads (%s, %.1fM parameters, %s %s, FIM %s) in %.1f s"):format(
+    tostring(info.name),
+    tostring(info.architecture),
+    (tonumber(info.parameters) or 0) / 1e6,
+    tostring(info.device),
+    tostring(info.dtype),
+    info.fimFormat ~= vim.NIL and tostring(info.fimFormat) or "none",
+    tonumber(info.loadSeconds) or 0
+  ))
+end
+
+local function check_running()
+  health.start("Running server")
+  local clients = require("memosight.client").all()
+  local status = require("memosight").status()
+  if #clients == 0 then
+    health.info("no server running (it starts when a buffer of a configured filetype opens)")
+    return
+  end
+  for _, client in ipairs(clients) do
+    local provider = client.server_capabilities and client.server_capabilities.inlineCompletionProvider
+    local buffers = vim.tbl_count(client.attached_buffers)
+    if provider then
+      health.ok(("client %d: inline completion advertised, %d buffer(s) attached"):format(client.id, buffers))
+    else
+      health.error(("client %d: the server does not advertise textDocument/inlineCompletion"):format(client.id))
+    end
+  end
+  local text = ("status: %s — %s"):format(status.state, status.message)
+  if status.state == "ready" then
+    health.ok(text .. (status.model and (" (model " .. status.model .. ")") or ""))
+  elseif status.state == "error" then
+    health.error(text, { "see :LspLog, or restart with :MemoSight restart" })
+  else
+    health.info(text)
+  end
+end
+
+function M.check()
+  check_neovim()
+  local cfg = check_setup()
+  if not cfg then
+    return
+  end
+  local python = check_server(cfg)
+  if python then
+    check_model(cfg, python)
+  end
+  check_running()
+end
+
+return M

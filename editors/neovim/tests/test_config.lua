@@ -1,0 +1,118 @@
+-- Option validation, the suggestion helpers, commands before setup, status handling.
+-- Needs no server.
+local T = require("harness")
+local suggestion = require("memosight.suggestion")
+
+local api = vim.api
+
+--- Captures vim.notify messages while `fn` runs.
+local function notified(fn)
+  local seen, orig = {}, vim.notify
+  vim.notify = function(msg, level)
+    seen[#seen + 1] = { msg = msg, level = level }
+  end
+  local ok, err = pcall(fn)
+  vim.notify = orig
+  assert(ok, err)
+  return seen
+end
+
+T.test("commands before setup say to call setup", function()
+  local seen = notified(function()
+    vim.cmd("MemoSight stats")
+  end)
+  T.eq("memosight: call require('memosight').setup() first", seen[1] and seen[1].msg, "message")
+end)
+
+local bad = {
+  { { ghost_text = "maybe" }, "ghost_text: expected one of auto, builtin, fallback, got maybe" },
+  { { keymaps = { accept = 1 } }, "keymaps.accept: expected a key (string) or false, got 1" },
+  { { keymaps = { acept = "<C-l>" } }, "memosight: unknown option 'keymaps.acept'" },
+  { { cmd = {} }, "cmd: expected a non-empty list of strings" },
+  { { cmd = "memosight-lsp" }, "cmd: expected a non-empty list of strings" },
+  { { debounce_ms = -5 }, "debounce_ms: expected a number >= 0" },
+  { { colour = "red" }, "memosight: unknown option 'colour'" },
+  { { settings = { model = { device = "gpu" } } }, "settings.model.device: expected one of auto, cpu, cuda" },
+  { { settings = { completion = { max_new_tokens = 8 } } }, "unknown option 'settings.completion.max_new_tokens' (did you mean 'maxNewTokens'?)" },
+  { { settings = { completion = { maxNewTokens = "8" } } }, "settings.completion.maxNewTokens: expected number, got string" },
+  { { settings = { enable = "yes" } }, "settings.enable: expected boolean, got string" },
+}
+for _, case in ipairs(bad) do
+  T.test("setup rejects " .. vim.inspect(case[1], { newline = " ", indent = "" }), function()
+    local ok, err = pcall(require("memosight").setup, case[1])
+    T.eq(false, ok, "setup succeeded")
+    T.truthy(tostring(err):find(case[2], 1, true), ("message %q contains %q"):format(tostring(err), case[2]))
+    T.truthy(tostring(err):match("^memosight: "), "message starts with the plugin name")
+    T.eq(nil, tostring(err):find(".lua:", 1, true), "no source position in " .. tostring(err))
+  end)
+end
+
+T.test("a good setup maps no keys and picks the built-in ghost text on 0.12", function()
+  require("memosight").setup({ cmd = { "memosight-lsp-not-installed" }, settings = { completion = { maxNewTokens = 8 } } })
+  for _, map in ipairs(api.nvim_get_keymap("i")) do
+    T.eq(nil, (map.desc or ""):match("MemoSight"), "mapping " .. map.lhs)
+  end
+  local path = require("memosight").ghost_path()
+  T.eq(vim.lsp.inline_completion and "builtin" or "fallback", path, "ghost path")
+  local cfg = vim.lsp.config.memosight
+  T.eq({ "memosight-lsp-not-installed" }, cfg.cmd, "cmd")
+  T.eq({ enable = true, completion = { maxNewTokens = 8 } }, cfg.init_options, "init_options")
+  T.eq({ memosight = cfg.init_options }, cfg.settings, "settings")
+end)
+
+T.test("forcing the fallback path is honoured", function()
+  require("memosight").setup({ cmd = { "memosight-lsp-not-installed" }, ghost_text = "fallback" })
+  T.eq("fallback", (require("memosight").ghost_path()), "ghost path")
+end)
+
+T.test("unknown subcommand lists the valid ones", function()
+  local seen = notified(function()
+    vim.cmd("MemoSight frobnicate")
+  end)
+  T.eq("memosight: unknown subcommand 'frobnicate'; use one of: context, restart, stats, toggle", seen[1] and seen[1].msg, "message")
+end)
+
+T.test("status notifications drive status() and the statusline", function()
+  local status = require("memosight.status")
+  local events = 0
+  api.nvim_create_autocmd("User", { pattern = "MemoSightStatus", callback = function() events = events + 1 end })
+  status.handler(nil, { state = "ready", message = "ok", model = "tiny", lastLatencyMs = 41.6 })
+  T.eq({ state = "ready", message = "ok", model = "tiny", lastLatencyMs = 41.6 }, require("memosight").status(), "status")
+  T.eq("MemoSight ready 42ms", require("memosight").statusline(), "statusline")
+  local seen = notified(function()
+    status.handler(nil, { state = "error", message = "model failed to load", model = vim.NIL, lastLatencyMs = vim.NIL })
+    status.handler(nil, { state = "error", message = "model failed to load", model = vim.NIL, lastLatencyMs = vim.NIL })
+  end)
+  T.eq(1, #seen, "one notification for a repeated error")
+  T.eq("memosight: model failed to load", seen[1].msg, "error message")
+  T.eq(3, events, "User MemoSightStatus events")
+end)
+
+T.test("next_word and next_line", function()
+  T.eq("foo", suggestion.next_word("foo(bar)"), "word")
+  T.eq("(", suggestion.next_word("(bar)"), "punctuation")
+  T.eq("  x", suggestion.next_word("  x = 1"), "leading spaces")
+  T.eq("\n    return", suggestion.next_word("\n    return x"), "line break")
+  T.eq("foo(bar)", suggestion.next_line("foo(bar)\n    return 1"), "line")
+  T.eq("\n    return 1", suggestion.next_line("\n    return 1\nmore"), "next line")
+end)
+
+T.test("from_item strips what is typed and drops stale items", function()
+  local bufnr = api.nvim_create_buf(false, true)
+  api.nvim_buf_set_lines(bufnr, 0, -1, false, { "x = pri" })
+  local s = suggestion.from_item(bufnr, { 0, 7 }, "print(x)", { 0, 4, 0, 7 })
+  T.eq("nt(x)", s and s.text, "text after the cursor")
+  T.eq(nil, suggestion.from_item(bufnr, { 0, 7 }, "len(x)", { 0, 4, 0, 7 }), "disagrees with typed text")
+  T.eq(nil, suggestion.from_item(bufnr, { 0, 7 }, "", nil), "empty")
+  s = suggestion.from_item(bufnr, { 0, 7 }, "nt()", { 0, 7, 0, 7 })
+  suggestion.insert(s, s.text, true)
+  T.eq({ "x = print()" }, api.nvim_buf_get_lines(bufnr, 0, -1, false), "inserted")
+end)
+
+T.test("byte_col converts UTF-16 offsets", function()
+  local line = "é😀x" -- é: 2 bytes / 1 unit, 😀: 4 bytes / 2 units
+  T.eq(6, suggestion.byte_col(line, 3, "utf-16"), "utf-16")
+  T.eq(3, suggestion.byte_col(line, 3, "utf-8"), "utf-8")
+end)
+
+T.run(30000)

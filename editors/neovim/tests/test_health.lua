@@ -1,0 +1,33 @@
+-- :checkhealth memosight with the real server command and model.
+local T = require("harness")
+
+T.test("checkhealth reports server, Python, model and the running server", function()
+  local cmd, settings = T.server()
+  require("memosight").setup({ cmd = cmd, settings = settings, root_markers = { "pyproject.toml" } })
+  vim.cmd.edit(T.fixture("sample.py"))
+  T.wait_for("status ready", function()
+    return require("memosight").status().state == "ready"
+  end, 30000)
+  vim.cmd("checkhealth memosight")
+  local text = T.wait_for("health report", function()
+    local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+    local joined = table.concat(lines, "\n")
+    return joined:find("Running server", 1, true) and joined
+  end, 60000)
+  T.log(text)
+  for _, want in ipairs({
+    "Neovim 0.",
+    "ghost text: builtin",
+    "server command: ",
+    "Python 3.",
+    "memosight_lsp ",
+    "loads (",
+    "inline completion advertised",
+    "status: ready",
+  }) do
+    T.truthy(text:find(want, 1, true), "report mentions " .. want)
+  end
+  T.eq(nil, text:find("ERROR", 1, true), "no errors in the report")
+end)
+
+T.run(90000)

