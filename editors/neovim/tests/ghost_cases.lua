@@ -8,6 +8,7 @@ local suggestion = require("memosight.suggestion")
 local api = vim.api
 
 ---@param path "builtin"|"fallback"
+---@return table helpers for path-specific cases
 return function(path)
   local memosight = require("memosight")
   local cmd, settings = T.server()
@@ -184,4 +185,6 @@ return function(path)
     T.eq(true, memosight.is_enabled(), "enabled")
     ghost_at_return()
   end)
+
+  return { ghost_at_return = ghost_at_return, with_inserted = with_inserted, ROW = ROW, LINE = LINE }
 end
