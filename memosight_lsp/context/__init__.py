@@ -1,1 +1,7 @@
+"""Context for a completion: rank the workspace's code by relevance to the cursor and pack it into
+the token budget. Counts tokens through a caller-supplied function (no tokenizer imported here)."""
 
+from .pack import build_context
+from .types import PackedContext, Snippet
+
+__all__ = ["PackedContext", "Snippet", "build_context"]

@@ -1,0 +1,500 @@
+"""Pack the ranked code into the token budget and lay the prompt out.
+
+Budget policy (B = budget_tokens, all counted with the caller's `count_tokens`):
+- The suffix (code after the cursor) gets up to B/8 with a workspace index, B/4 without.
+- The current file's prefix (lines right above the cursor) gets at least 3/8 of B with an index,
+  everything left over without one. Lines nearest the cursor are kept first.
+- When that window does not reach the top of the enclosing function/class, their heads (header +
+  docstring) are kept above it, so a long function keeps its head and the lines near the cursor.
+- Ranked snippets share the rest: first every candidate that fits as a stub (signature +
+  docstring), in score order; then the best ones are upgraded to their full text while room
+  remains (a snippet in full may take at most half of that share). Unused room flows back to
+  the current file's prefix.
+- The final prompt is counted whole and trimmed (lowest-scored snippet first, then the farthest
+  prefix lines, then the suffix's last lines) until it fits: the budget is never exceeded.
+
+Layout (prefix): cross-file snippets grouped per file under a path marker comment, files in path
+order with open/recently edited files last (the chunks least likely to change come first, so an
+engine's KV prefix cache survives keystrokes), snippets in line order; then the current file's
+marker, its own snippets and enclosing heads in line order, and the lines up to the cursor.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from memosight_lsp.workspace import Definition, LanguageSpec, WorkspaceIndex, language_for
+
+from .rank import Candidate, Ranker
+from .render import join_lines, render_full, render_head, render_signature
+from .tokens import TokenCounter, counter_for
+from .types import PackedContext, Snippet
+
+SUFFIX_SHARE_INDEXED = 1 / 8
+SUFFIX_SHARE_PLAIN = 1 / 4
+MIN_PREFIX_SHARE = 3 / 8
+HEAD_SHARE = 1 / 8
+MAX_FULL_SHARE = 1 / 2
+MAX_FULL_UPGRADES = 6
+
+
+@dataclass(slots=True)
+class _Piece:
+    """One chunk chosen for the prompt."""
+
+    path: str
+    start_line: int
+    end_line: int
+    symbol: str | None
+    kind: str
+    text: str
+    tokens: int
+    score: float
+    candidate: Candidate | None = None
+
+
+@dataclass(slots=True)
+class _Layout:
+    marker: str
+    current: str
+    line: int
+    column: int
+    lines: list[str]
+    spec: LanguageSpec | None
+    volatile: set[str] = field(default_factory=set)
+    cross: list[_Piece] = field(default_factory=list)  # other files' snippets
+    local: list[_Piece] = field(default_factory=list)  # same-file snippets and enclosing heads
+    window_start: int = 0  # first line of the prefix window
+    prefix_text: str = ""
+    suffix_text: str = ""
+    suffix_end: int = 0
+
+    def prefix(self) -> str:
+        parts: list[str] = []
+        by_file: dict[str, list[_Piece]] = {}
+        for piece in self.cross:
+            by_file.setdefault(piece.path, []).append(piece)
+        for path in sorted(by_file, key=lambda p: (p in self.volatile, p)):
+            assert self.spec is not None
+            parts.append(_marker(self.spec, path))
+            parts.extend(p.text for p in sorted(by_file[path], key=lambda p: p.start_line))
+        parts.append(self.marker)
+        parts.extend(p.text for p in sorted(self.local, key=lambda p: p.start_line))
+        parts.append(self.prefix_text)
+        return "".join(parts)
+
+    def snippets(self, counter: TokenCounter) -> list[Snippet]:
+        ordered: list[_Piece] = []
+        by_file: dict[str, list[_Piece]] = {}
+        for piece in self.cross:
+            by_file.setdefault(piece.path, []).append(piece)
+        for path in sorted(by_file, key=lambda p: (p in self.volatile, p)):
+            ordered.extend(sorted(by_file[path], key=lambda p: p.start_line))
+        ordered.extend(sorted(self.local, key=lambda p: p.start_line))
+        out = [_snippet(p) for p in ordered]
+        if self.prefix_text:
+            out.append(
+                Snippet(
+                    path=self.current,
+                    start_line=self.window_start,
+                    end_line=self.line,
+                    symbol=None,
+                    kind="prefix",
+                    tokens=counter(self.prefix_text),
+                    score=1.0,
+                    text=self.prefix_text,
+                )
+            )
+        if self.suffix_text:
+            out.append(
+                Snippet(
+                    path=self.current,
+                    start_line=self.line,
+                    end_line=self.suffix_end,
+                    symbol=None,
+                    kind="suffix",
+                    tokens=counter(self.suffix_text),
+                    score=1.0,
+                    text=self.suffix_text,
+                )
+            )
+        return out
+
+
+def _snippet(p: _Piece) -> Snippet:
+    score = p.score / (1.0 + p.score) if p.kind not in ("enclosing",) else 1.0
+    return Snippet(
+        path=p.path,
+        start_line=p.start_line,
+        end_line=p.end_line,
+        symbol=p.symbol,
+        kind=p.kind,
+        tokens=p.tokens,
+        score=round(score, 4),
+        text=p.text,
+    )
+
+
+def _marker(spec: LanguageSpec | None, rel: str) -> str:
+    return spec.path_marker(rel) if spec is not None and rel else ""
+
+
+# -- the current file's own lines --------------------------------------------------------------
+def _prefix_window(
+    lines: list[str], line: int, column: int, budget: int, counter: TokenCounter, floor: int = 0
+) -> tuple[int, str, int]:
+    """(first line, text, tokens) of the longest run of lines ending at the cursor within budget."""
+    cursor = lines[line][:column]
+    used = counter.piece(cursor)
+    if used > budget:
+        return line, "", 0
+    start = line
+    for i in range(line - 1, floor - 1, -1):
+        cost = counter.piece(lines[i] + "\n")
+        if used + cost > budget:
+            break
+        used += cost
+        start = i
+    return start, join_lines(lines[start:line]) + cursor, used
+
+
+def _suffix_window(
+    lines: list[str], line: int, column: int, budget: int, counter: TokenCounter
+) -> tuple[int, str, int]:
+    rest = lines[line][column:]
+    last = len(lines) - 1
+    first = rest + ("\n" if line < last else "")
+    used = counter.piece(first)
+    if used > budget:
+        return line, "", 0
+    end = line
+    parts = [first]
+    for i in range(line + 1, last + 1):
+        piece = lines[i] + ("\n" if i < last else "")
+        cost = counter.piece(piece)
+        if used + cost > budget:
+            break
+        used += cost
+        parts.append(piece)
+        end = i
+    return end, "".join(parts), used
+
+
+# -- choosing snippets --------------------------------------------------------------------------
+class _Selector:
+    def __init__(
+        self, ranker: Ranker, counter: TokenCounter, spec: LanguageSpec, current: str
+    ) -> None:
+        self.ranker = ranker
+        self.counter = counter
+        self.spec = spec
+        self.current = current
+        self.texts: dict[str, list[str] | None] = {}
+
+    def lines_of(self, rel: str) -> list[str] | None:
+        if rel not in self.texts:
+            if rel == self.current:
+                self.texts[rel] = self.ranker.lines
+            else:
+                text = self.ranker.file_text(rel)
+                self.texts[rel] = text.split("\n") if text is not None else None
+        return self.texts[rel]
+
+    def render(self, c: Candidate, full: bool) -> str | None:
+        if c.definition is None:
+            return c.text
+        lines = self.lines_of(c.path)
+        if lines is None or c.symbols is None or c.end_line >= len(lines):
+            return None
+        if full:
+            return render_full(lines, c.definition)
+        return render_signature(lines, c.symbols, c.def_index)
+
+    def select(
+        self, candidates: list[Candidate], budget: int, blocked: tuple[int, int]
+    ) -> tuple[list[_Piece], int]:
+        """Stubs for as many candidates as fit, then full text for the best. Returns tokens used."""
+        chosen: list[_Piece] = []
+        seen_text: set[str] = set()
+        paid_markers: set[str] = set()
+        used = 0
+        for c in candidates:
+            if used >= budget:
+                break
+            if c.path == self.current and _overlaps(c.start_line, c.end_line, *blocked):
+                continue  # already visible in the prefix window
+            if any(_covers(p, c) for p in chosen):
+                continue
+            text = self.render(c, full=False)
+            if not text or text in seen_text:
+                continue
+            full_text = self.render(c, full=True) if c.definition is not None else text
+            kind = "window" if c.definition is None else "signature"
+            if full_text == text and c.definition is not None:
+                kind = "full"
+            tokens = self.counter.piece(text)
+            marker = 0
+            if c.path != self.current and c.path not in paid_markers:
+                marker = self.counter.piece(_marker(self.spec, c.path))
+            if used + tokens + marker > budget:
+                continue
+            used += tokens + marker
+            if marker:
+                paid_markers.add(c.path)
+            seen_text.add(text)
+            chosen.append(_piece(c, kind, text, tokens))
+        # Upgrade the best stubs to full definitions while room remains.
+        upgrades = 0
+        for piece in sorted(chosen, key=lambda p: -p.score):
+            if upgrades >= MAX_FULL_UPGRADES:
+                break
+            c = piece.candidate
+            if piece.kind != "signature" or c is None:
+                continue
+            full = self.render(c, full=True)
+            if not full:
+                continue
+            tokens = self.counter.piece(full)
+            members = [
+                p for p in chosen if p is not piece and p.path == piece.path and _inside(p, piece)
+            ]
+            freed = sum(p.tokens for p in members)
+            extra = tokens - piece.tokens - freed
+            if tokens > budget * MAX_FULL_SHARE or used + extra > budget:
+                continue
+            used += extra
+            upgrades += 1
+            for member in members:
+                chosen.remove(member)
+            piece.kind, piece.text, piece.tokens = "full", full, tokens
+        return chosen, used
+
+
+def _piece(c: Candidate, kind: str, text: str, tokens: int) -> _Piece:
+    d: Definition | None = c.definition
+    return _Piece(
+        path=c.path,
+        start_line=c.start_line,
+        end_line=c.end_line,
+        symbol=d.qualname if d is not None else None,
+        kind=kind,
+        text=text,
+        tokens=tokens,
+        score=c.score,
+        candidate=c,
+    )
+
+
+def _overlaps(a0: int, a1: int, b0: int, b1: int) -> bool:
+    return a0 <= b1 and b0 <= a1
+
+
+def _covers(piece: _Piece, c: Candidate) -> bool:
+    """An already chosen chunk that makes the candidate redundant."""
+    if piece.path != c.path:
+        return False
+    if c.definition is None or piece.kind == "window":
+        return _overlaps(piece.start_line, piece.end_line, c.start_line, c.end_line)
+    return (
+        piece.kind == "full" and piece.start_line <= c.start_line and c.end_line <= piece.end_line
+    )
+
+
+def _inside(inner: _Piece, outer: _Piece) -> bool:
+    return outer.start_line <= inner.start_line and inner.end_line <= outer.end_line
+
+
+# -- entry point --------------------------------------------------------------------------------
+def build_context(
+    *,
+    text: str,
+    path: str | None,
+    line: int,
+    column: int,
+    language_id: str | None,
+    budget_tokens: int,
+    count_tokens: Callable[[str], int],
+    index: WorkspaceIndex | None = None,
+    open_buffers: Mapping[str, str] = {},  # read-only; the agreed signature
+    recent_edits: Sequence[tuple[str, int]] = (),
+) -> PackedContext:
+    """The prompt halves for a completion at (line, column) — 0-based line, str-index column.
+
+    Never exceeds `budget_tokens` as counted by `count_tokens`; a budget <= 0 gives an empty
+    context. Without an index (or for a language without a grammar) the context is the current
+    file alone.
+    """
+    if budget_tokens <= 0:
+        return PackedContext.empty()
+    counter = counter_for(count_tokens)
+    lines = text.split("\n")
+    line = min(max(0, line), len(lines) - 1)
+    column = min(max(0, column), len(lines[line]))
+    spec = language_for(path, language_id)
+    if index is not None and path is not None:
+        current = index.relpath(path)
+        if current.startswith("/"):
+            current = posixpath.basename(current)
+    else:
+        current = posixpath.basename(path) if path else ""
+    layout = _Layout(
+        marker=_marker(spec, current),
+        current=current,
+        line=line,
+        column=column,
+        lines=lines,
+        spec=spec,
+        volatile={index.relpath(p) for p in open_buffers} if index is not None else set(),
+    )
+    if index is not None:
+        layout.volatile |= {index.relpath(p) for p, _ in recent_edits}
+    symbols = None
+    if index is not None and spec is not None:
+        symbols = index.symbols_for_text(path, text, language_id)
+    budget = budget_tokens
+    if symbols is None or spec is None or index is None:
+        _plain(layout, budget, counter)
+    else:
+        ranker = Ranker(
+            index=index,
+            rel=current,
+            spec=spec,
+            symbols=symbols,
+            lines=lines,
+            line=line,
+            column=column,
+            open_buffers=open_buffers,
+            recent_edits=recent_edits,
+        )
+        _ranked(layout, budget, counter, ranker, spec)
+    _fit(layout, budget, counter)
+    prefix = layout.prefix()
+    return PackedContext(
+        prefix=prefix,
+        suffix=layout.suffix_text,
+        snippets=layout.snippets(counter),
+        prompt_tokens=counter(prefix) + counter(layout.suffix_text),
+    )
+
+
+def _plain(layout: _Layout, budget: int, counter: TokenCounter) -> None:
+    lines, line, column = layout.lines, layout.line, layout.column
+    layout.suffix_end, layout.suffix_text, suffix_used = _suffix_window(
+        lines, line, column, int(budget * SUFFIX_SHARE_PLAIN), counter
+    )
+    room = budget - suffix_used - counter.piece(layout.marker)
+    layout.window_start, layout.prefix_text, _ = _prefix_window(lines, line, column, room, counter)
+
+
+def _ranked(
+    layout: _Layout, budget: int, counter: TokenCounter, ranker: Ranker, spec: LanguageSpec
+) -> None:
+    lines, line, column = layout.lines, layout.line, layout.column
+    layout.suffix_end, layout.suffix_text, suffix_used = _suffix_window(
+        lines, line, column, int(budget * SUFFIX_SHARE_INDEXED), counter
+    )
+    marker = counter.piece(layout.marker)
+    start, _, window_used = _prefix_window(
+        lines, line, column, int(budget * MIN_PREFIX_SHARE), counter
+    )
+    # Heads of the enclosing definitions the window does not reach.
+    heads: list[_Piece] = []
+    head_room = int(budget * HEAD_SHARE)
+    python = spec.name == "python"
+    for d in ranker.symbols.enclosing(line):
+        if d.start_line >= start or d.start_line == line:
+            continue
+        text = render_head(lines, d, python)
+        tokens = counter.piece(text)
+        if tokens > head_room:
+            text = join_lines(lines[d.start_line : d.sig_end_line + 1])
+            tokens = counter.piece(text)
+        if tokens > head_room:
+            continue
+        head_room -= tokens
+        end = d.start_line + text.count("\n") - 1
+        heads.append(
+            _Piece(layout.current, d.start_line, end, d.qualname, "enclosing", text, tokens, 1.0)
+        )
+    heads_used = sum(h.tokens for h in heads)
+    room = budget - suffix_used - marker - window_used - heads_used
+    selector = _Selector(ranker, counter, spec, layout.current)
+    chosen: list[_Piece] = []
+    if room > 0:
+        candidates = ranker.rank()
+        chosen, used = selector.select(candidates, room, (start, layout.suffix_end))
+        room -= used
+    layout.cross = [p for p in chosen if p.path != layout.current]
+    local = [p for p in chosen if p.path == layout.current]
+    # Give what is left back to the window; drop heads and snippets it comes to contain.
+    for _ in range(4):
+        start, prefix_text, new_used = _prefix_window(
+            lines, line, column, window_used + max(0, room), counter
+        )
+        room -= new_used - window_used
+        window_used = new_used
+        covered = [h for h in heads if h.start_line >= start] + [
+            p for p in local if _overlaps(p.start_line, p.end_line, start, layout.suffix_end)
+        ]
+        if not covered:
+            break
+        for p in covered:
+            room += p.tokens
+            if p in heads:
+                heads.remove(p)
+            else:
+                local.remove(p)
+    layout.window_start, layout.prefix_text = start, prefix_text
+    layout.local = heads + local
+
+
+def _fit(layout: _Layout, budget: int, counter: TokenCounter) -> None:
+    """Trim until the exact count of the assembled prompt fits (piece counts only estimate it)."""
+    for _ in range(10_000):
+        prefix = layout.prefix()
+        over = counter(prefix) + counter(layout.suffix_text) - budget
+        if over <= 0:
+            return
+        removable = [p for p in layout.cross + layout.local if p.kind != "enclosing"]
+        if removable:
+            worst = min(removable, key=lambda p: (p.score, p.path, -p.start_line))
+            (layout.cross if worst in layout.cross else layout.local).remove(worst)
+            continue
+        if layout.window_start < layout.line:
+            drop = max(1, min(layout.line - layout.window_start, over // 8))
+            layout.window_start += drop
+            layout.prefix_text = (
+                join_lines(layout.lines[layout.window_start : layout.line])
+                + layout.lines[layout.line][: layout.column]
+            )
+            continue
+        if layout.local:
+            layout.local.pop(0)
+            continue
+        if layout.suffix_end > layout.line:
+            cut = layout.suffix_text.rstrip("\n").rfind("\n")
+            layout.suffix_text = layout.suffix_text[: cut + 1] if cut >= 0 else ""
+            layout.suffix_end -= 1
+            continue
+        if layout.suffix_text:
+            layout.suffix_text = ""
+            continue
+        if layout.marker:
+            layout.marker = ""
+            continue
+        if layout.cross:
+            layout.cross.clear()
+            continue
+        # Only the cursor line's own text is left: keep its end, nearest the cursor.
+        text = layout.prefix_text
+        lo, hi = 0, len(text)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if counter(text[mid:]) <= budget:
+                hi = mid
+            else:
+                lo = mid + 1
+        layout.prefix_text = text[lo:]
+        return

@@ -1,0 +1,330 @@
+"""Which code matters at the cursor: candidate definitions and windows, each with a score.
+
+Signals, strongest first: names used near the cursor resolved through the file's imports (across
+files, following re-exports); same-file definitions; names imported but not yet used; recent edits
+and open buffers; definitions found only through the global symbol table; Jaccard-similar windows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from memosight_lsp.workspace import Definition, FileSymbols, Import, LanguageSpec, WorkspaceIndex
+
+from .lexical import best_windows, identifiers
+
+NEAR_LINES_ABOVE = 60
+NEAR_LINES_BELOW = 20
+QUERY_LINES = 15
+MAX_GLOBAL_FILES = 4  # a name defined in more files than this says too little to follow
+MAX_WINDOW_FILES = 8
+MAX_CANDIDATES = 64
+SECOND_HOP_TOP = 6
+
+# How much each way of finding a definition is trusted.
+W_IMPORTED = 1.0
+W_STAR = 0.9
+W_SAME_FILE = 0.8
+W_GLOBAL = 0.6
+W_IMPORT_BASELINE = 0.2  # imported names not used near the cursor: likely to be used next
+W_RECENT = 0.5
+W_WINDOW = 0.6
+OPEN_BUFFER_BOOST = 1.2
+
+_PAIR = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:\.|::|->)\s*([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@dataclass(slots=True)
+class Candidate:
+    path: str
+    definition: Definition | None  # None: a window of lines
+    def_index: int
+    start_line: int
+    end_line: int
+    score: float
+    symbols: FileSymbols | None  # the outline the definition came from (for stubs)
+    text: str | None = None  # window text
+
+
+class Ranker:
+    def __init__(
+        self,
+        *,
+        index: WorkspaceIndex,
+        rel: str,
+        spec: LanguageSpec,
+        symbols: FileSymbols,
+        lines: list[str],
+        line: int,
+        column: int,
+        open_buffers: Mapping[str, str],
+        recent_edits: Sequence[tuple[str, int]],
+    ) -> None:
+        self.index = index
+        self.rel = rel
+        self.spec = spec
+        self.symbols = symbols
+        self.lines = lines
+        self.line = line
+        self.column = column
+        self.open = {index.relpath(p): t for p, t in open_buffers.items()}
+        self.recent_edits = recent_edits
+        self.scores: dict[tuple[str, int], float] = defaultdict(float)
+        self.outlines: dict[str, FileSymbols | None] = {rel: symbols}
+        self.windows: list[Candidate] = []
+
+    # -- file access ---------------------------------------------------------------------------
+    def outline(self, rel: str) -> FileSymbols | None:
+        if rel not in self.outlines:
+            text = self.open.get(rel)
+            if text is not None:
+                self.outlines[rel] = self.index.symbols_for_text(rel, text)
+            else:
+                self.outlines[rel] = self.index.symbols(rel)
+        return self.outlines[rel]
+
+    def file_text(self, rel: str) -> str | None:
+        text = self.open.get(rel)
+        return text if text is not None else self.index.text(rel)
+
+    # -- signals -------------------------------------------------------------------------------
+    def usage_weights(self) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+        """How strongly each identifier (and `base.attr` pair) is tied to the cursor."""
+        words: dict[str, float] = defaultdict(float)
+        pairs: dict[tuple[str, str], float] = defaultdict(float)
+        lines, line, keywords = self.lines, self.line, self.spec.keywords
+
+        def take(text: str, weight: float) -> None:
+            found = identifiers(text)
+            for word in found:
+                if word not in keywords:
+                    words[word] += weight
+            if "." in text or "::" in text:
+                for base, attr in _pairs(text):
+                    pairs[(base, attr)] += weight
+
+        # Everything in the file, faintly: what the file uses is what it will use again.
+        take("\n".join(lines), 0.03)
+        enclosing = [d for d in self.symbols.enclosing(line) if d.kind not in self.spec.containers]
+        if enclosing:
+            inner = enclosing[-1]
+            take("\n".join(lines[inner.start_line : inner.end_line + 1]), 0.25)
+        low = max(0, line - NEAR_LINES_ABOVE)
+        high = min(len(lines) - 1, line + NEAR_LINES_BELOW)
+        for i in range(low, high + 1):
+            if i == line:
+                take(lines[i][: self.column], 2.0)
+                take(lines[i][self.column :], 0.5)
+                continue
+            distance = abs(line - i)
+            weight = (1.0 if i < line else 0.5) / (1.0 + distance / 6.0)
+            take(lines[i], weight)
+        for name in [d.name for d in self.symbols.enclosing(line)]:
+            words.pop(name, None)
+        return {w: min(v, 4.0) for w, v in words.items()}, {
+            p: min(v, 4.0) for p, v in pairs.items()
+        }
+
+    def add(self, rel: str, index: int, score: float) -> None:
+        self.scores[(rel, index)] += score
+
+    def defs_named(self, rel: str, name: str, follow: int = 2) -> list[tuple[str, int]]:
+        """Top-level definitions of `name` in a file, following its own imports (re-exports)."""
+        outline = self.outline(rel)
+        if outline is None:
+            return []
+        found = [(rel, i) for i, d in enumerate(outline.definitions) if d.name == name]
+        top = [(r, i) for r, i in found if outline.definitions[i].parent < 0]
+        if top or found:
+            return top or found
+        if follow <= 0:
+            return []
+        out: list[tuple[str, int]] = []
+        for imp in outline.imports:
+            if imp.alias == name or imp.name == "*":
+                for target, target_name in self.index.resolve_import(rel, outline.language, imp):
+                    if target_name is None or target == rel:
+                        continue
+                    wanted = name if target_name == "*" else target_name
+                    out.extend(self.defs_named(target, wanted, follow - 1))
+        return out
+
+    def rank(self) -> list[Candidate]:
+        words, pairs = self.usage_weights()
+        index, rel, language = self.index, self.rel, self.symbols.language
+        bound: dict[str, list[Import]] = defaultdict(list)
+        star_files: list[str] = []
+        module_files: dict[str, list[str]] = defaultdict(list)
+        import_files: list[str] = []
+        for imp in self.symbols.imports:
+            targets = index.resolve_import(rel, language, imp)
+            for target, name in targets:
+                if target not in import_files:
+                    import_files.append(target)
+                if name == "*":
+                    star_files.append(target)
+                elif name is None and imp.alias:
+                    module_files[imp.alias].append(target)
+            if imp.alias and imp.name not in (None, "*"):
+                bound[imp.alias].append(imp)
+        enclosing = {id(d) for d in self.symbols.enclosing(self.line)}
+
+        for word, weight in words.items():
+            if word in bound:
+                for imp in bound[word]:
+                    for target, name in index.resolve_import(rel, language, imp):
+                        if name is None:
+                            continue  # a module: its attributes come through `pairs`
+                        for hit in self.defs_named(target, name):
+                            self.add(*hit, weight * W_IMPORTED)
+                continue
+            found = False
+            for i, d in enumerate(self.symbols.definitions):
+                if d.name == word and id(d) not in enclosing:
+                    self.add(rel, i, weight * W_SAME_FILE)
+                    found = True
+            for target in star_files:
+                for hit in self.defs_named(target, word, follow=1):
+                    self.add(*hit, weight * W_STAR)
+                    found = True
+            if found or word in module_files:
+                continue
+            elsewhere = [(r, d) for r, d in index.definitions(word) if r != rel]
+            files = sorted({r for r, _ in elsewhere})
+            if 0 < len(files) <= MAX_GLOBAL_FILES:
+                for r in files:
+                    closeness = 1.0 + 0.1 * _shared_depth(r, rel)
+                    for hit in self.defs_named(r, word, follow=0):
+                        self.add(*hit, weight * W_GLOBAL * closeness / len(files))
+
+        for (base, attr), weight in pairs.items():
+            for target in module_files.get(base, ()):
+                for hit in self.defs_named(target, attr):
+                    self.add(*hit, weight * W_IMPORTED)
+
+        # Imported names not used yet are what the next line is likely to call.
+        for imports in bound.values():
+            for imp in imports:
+                for target, name in index.resolve_import(rel, language, imp):
+                    if name not in (None, "*"):
+                        for hit in self.defs_named(target, name):
+                            self.add(*hit, W_IMPORT_BASELINE)
+
+        self.second_hop()
+        self.recent()
+        self.similar_windows(import_files)
+        return self.collect()
+
+    def second_hop(self) -> None:
+        """Names the best definitions use (their parameter and return types, helpers they call)
+        matter too: resolve them in the definition's own file and its imports."""
+        best = sorted(self.scores.items(), key=lambda kv: (-kv[1], kv[0]))[:SECOND_HOP_TOP]
+        for (rel, i), score in best:
+            outline = self.outline(rel)
+            if outline is None or i >= len(outline.definitions):
+                continue
+            d = outline.definitions[i]
+            signature_words = set(identifiers(d.signature))
+            for word in d.idents:
+                if word in self.spec.keywords:
+                    continue
+                hits = self.defs_named(rel, word, follow=1)
+                if not hits or len(hits) > 3:
+                    continue
+                weight = (0.4 if word in signature_words else 0.15) * min(score, 2.0) / len(hits)
+                for hit in hits:
+                    if hit != (rel, i):
+                        self.add(*hit, weight)
+
+    def recent(self) -> None:
+        """Definitions around the latest edits (the last entries are the most recent)."""
+        for age, (path, edit_line) in enumerate(reversed(list(self.recent_edits)[-10:])):
+            weight = W_RECENT * (0.7**age)
+            rel = self.index.relpath(path)
+            outline = self.outline(rel)
+            if outline is None:
+                continue
+            inner = -1
+            for i, d in enumerate(outline.definitions):
+                if d.start_line <= edit_line <= d.end_line:
+                    inner = i
+            if inner >= 0 and not (rel == self.rel and inner in self._enclosing_indices()):
+                self.add(rel, inner, weight)
+
+    def _enclosing_indices(self) -> set[int]:
+        return {
+            i
+            for i, d in enumerate(self.symbols.definitions)
+            if d.start_line <= self.line <= d.end_line
+        }
+
+    def similar_windows(self, import_files: list[str]) -> None:
+        """Copilot's neighbouring-tab signal: windows most like the lines above the cursor."""
+        low = max(0, self.line - QUERY_LINES)
+        query_text = (
+            "\n".join(self.lines[low : self.line]) + "\n" + self.lines[self.line][: self.column]
+        )
+        query = set(identifiers(query_text)) - self.spec.keywords
+        if len(query) < 2:
+            return
+        sources: list[str] = []
+        for rel in [
+            *sorted(self.open),
+            *import_files,
+            *(self.index.relpath(p) for p, _ in self.recent_edits),
+        ]:
+            if rel != self.rel and rel not in sources:
+                sources.append(rel)
+        for rel in sources[:MAX_WINDOW_FILES]:
+            text = self.file_text(rel)
+            outline = self.outline(rel)
+            if text is None:
+                continue
+            lines = text.split("\n")
+            key = f"{rel}:{outline.digest if outline else hash(text)}"
+            for score, window in best_windows(query, key, lines, top=2):
+                if score < 0.1:
+                    continue
+                self.windows.append(
+                    Candidate(
+                        path=rel,
+                        definition=None,
+                        def_index=-1,
+                        start_line=window.start,
+                        end_line=window.end,
+                        score=score * W_WINDOW,
+                        symbols=None,
+                        text="".join(f"{x}\n" for x in lines[window.start : window.end + 1]),
+                    )
+                )
+
+    def collect(self) -> list[Candidate]:
+        out: list[Candidate] = []
+        for (rel, i), score in self.scores.items():
+            outline = self.outline(rel)
+            if outline is None or i >= len(outline.definitions):
+                continue
+            d = outline.definitions[i]
+            if rel in self.open and rel != self.rel:
+                score *= OPEN_BUFFER_BOOST
+            out.append(Candidate(rel, d, i, d.first_line, d.end_line, score, outline))
+        out.extend(self.windows)
+        out.sort(key=lambda c: (-c.score, c.path, c.start_line, c.def_index))
+        return out[:MAX_CANDIDATES]
+
+
+def _pairs(text: str) -> list[tuple[str, str]]:
+    """`base.attr` / `base::attr` / `base->attr` pairs of a line of code."""
+    return [(m.group(1), m.group(2)) for m in _PAIR.finditer(text)]
+
+
+def _shared_depth(a: str, b: str) -> int:
+    depth = 0
+    for x, y in zip(a.split("/")[:-1], b.split("/")[:-1], strict=False):
+        if x != y:
+            break
+        depth += 1
+    return depth

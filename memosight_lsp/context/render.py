@@ -1,0 +1,84 @@
+"""Text of a definition at each level of detail: in full, or as a stub (header + docstring, and
+for classes the headers of their members)."""
+
+from __future__ import annotations
+
+from memosight_lsp.workspace import Definition, FileSymbols
+
+MAX_DOC_LINES = 6
+MAX_MEMBERS = 40
+_QUOTES = ('"""', "'''")
+
+
+def join_lines(lines: list[str]) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+def render_full(lines: list[str], d: Definition) -> str:
+    return join_lines(lines[d.first_line : d.end_line + 1])
+
+
+def _doc_lines(lines: list[str], d: Definition, python: bool) -> list[str]:
+    if d.doc_start < 0:
+        return []
+    doc = lines[d.doc_start : d.doc_end + 1]
+    if len(doc) <= MAX_DOC_LINES:
+        return doc
+    # Cut a long docstring / comment but keep it well-formed, so the model is not misled.
+    head = doc[: MAX_DOC_LINES - 1]
+    if python:
+        opener = head[0].lstrip().lstrip("rRbBuUfF")[:3]
+        quote = opener if opener in _QUOTES else '"""'
+        indent = head[0][: len(head[0]) - len(head[0].lstrip())]
+        return [*head, indent + quote]
+    if head[0].lstrip().startswith("/*"):
+        indent = head[0][: len(head[0]) - len(head[0].lstrip())]
+        return [*head, indent + " */"]
+    return head
+
+
+def _header_lines(lines: list[str], d: Definition, python: bool, stub: bool = True) -> list[str]:
+    header = list(lines[d.start_line : d.sig_end_line + 1])
+    if not header or not stub:
+        return header
+    last = header[-1].rstrip()
+    if d.kind in ("constant", "type"):
+        return header
+    if python and last.endswith(":"):
+        header[-1] = last + " ..."
+    elif not python and last.endswith("{"):
+        header[-1] = last + " ... }"
+    return header
+
+
+def render_signature(lines: list[str], symbols: FileSymbols, index: int) -> str:
+    """Header, docstring (Python) or leading comment (others), and member headers for types."""
+    d = symbols.definitions[index]
+    python = symbols.language == "python"
+    out: list[str] = []
+    doc = _doc_lines(lines, d, python)
+    before_header = d.doc_start >= 0 and d.doc_start < d.start_line
+    if before_header:
+        out.extend(doc)
+    members = [m for m in symbols.definitions if m.parent == index][:MAX_MEMBERS]
+    # A docstring is a valid body on its own; only a bare header needs the `...` stub.
+    bare = not members and not (doc and not before_header and python)
+    header = _header_lines(lines, d, python, stub=bare)
+    out.extend(header)
+    if doc and not before_header:
+        out.extend(doc)
+    if members:
+        for member in members:
+            out.extend(_header_lines(lines, member, python))
+        if not python and header and not header[-1].rstrip().endswith("}"):
+            indent = header[0][: len(header[0]) - len(header[0].lstrip())]
+            out.append(indent + "}")
+    return join_lines(out)
+
+
+def render_head(lines: list[str], d: Definition, python: bool) -> str:
+    """The top of an enclosing definition: header and docstring, as they appear in the file."""
+    out = list(lines[d.start_line : d.sig_end_line + 1])
+    if d.doc_start > d.sig_end_line:
+        out.extend(_doc_lines(lines, d, python))
+    return join_lines(out)
