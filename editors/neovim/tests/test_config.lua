@@ -115,4 +115,19 @@ T.test("byte_col converts UTF-16 offsets", function()
   T.eq(3, suggestion.byte_col(line, 3, "utf-8"), "utf-8")
 end)
 
+T.test("docs/neovim.md documents every option", function()
+  local here = vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":p:h")
+  local doc = table.concat(vim.fn.readfile(here .. "/../../../docs/neovim.md"), "\n")
+  local config = require("memosight.config")
+  for key in pairs(config.defaults) do
+    T.truthy(doc:find("| `" .. key .. "` |", 1, true), "options table row for " .. key)
+  end
+  for key in pairs(config.defaults.keymaps) do
+    T.truthy(doc:find("`" .. key .. "`", 1, true), "keymaps." .. key .. " in the docs")
+  end
+  for name in pairs(require("memosight.commands").subcommands) do
+    T.truthy(doc:find("`:MemoSight " .. name .. "`", 1, true), ":MemoSight " .. name .. " in the docs")
+  end
+end)
+
 T.run(30000)
