@@ -39,7 +39,11 @@ local function lsp_config(cfg, settings)
     settings = { memosight = settings },
     handlers = { ["memosight/status"] = status.handler },
     on_init = function()
-      status.set({ state = "loading", message = "server started" })
+      -- The server may already have reported during initialize: keep what it said.
+      local state = status.get().state
+      if state == "starting" or state == "stopped" then
+        status.set({ state = "loading", message = "server started" })
+      end
     end,
     on_exit = function(code)
       vim.schedule(function()

@@ -20,7 +20,6 @@
 ---@field ghost_text memosight.GhostTextPath Who draws the ghost text.
 ---@field debounce_ms integer Wait after typing before asking (own ghost text only).
 ---@field keymaps memosight.Keymaps Insert-mode keys; false leaves the key alone.
----@field notify_errors boolean Show a notification when the server reports an error.
 
 ---@class memosight.UserConfig
 ---@field cmd? string[]
@@ -30,7 +29,6 @@
 ---@field ghost_text? memosight.GhostTextPath
 ---@field debounce_ms? integer
 ---@field keymaps? table<string, string|false>
----@field notify_errors? boolean
 
 local M = {}
 
@@ -47,7 +45,6 @@ M.defaults = {
   debounce_ms = 150,
   -- All off: accepting with <Tab> or similar would clash with completion menus and snippets.
   keymaps = { accept = false, accept_word = false, accept_line = false, dismiss = false },
-  notify_errors = true,
 }
 
 --- Schema of the server settings tree: a type name, or a list of allowed strings.
@@ -153,7 +150,6 @@ local function validate(opts)
     return type(v) == "number" and v >= 0
   end, true, "a number >= 0")
   check("keymaps", opts.keymaps, "table", true)
-  check("notify_errors", opts.notify_errors, "boolean", true)
   for name, lhs in pairs(opts.keymaps or {}) do
     if M.defaults.keymaps[name] == nil then
       error(("unknown option 'keymaps.%s'"):format(tostring(name)), 0)

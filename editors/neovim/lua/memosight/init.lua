@@ -70,7 +70,6 @@ function M.setup(opts)
     return require("memosight.client").get(bufnr)
   end
   vim.api.nvim_set_hl(0, fallback.hl_group, { link = "Comment", default = true })
-  require("memosight.status").notify_errors = cfg.notify_errors
   require("memosight.keymaps").apply(cfg.keymaps)
   require("memosight.client").start(cfg, attach, detach)
 end
@@ -172,9 +171,7 @@ function M.toggle(enable)
   local status = require("memosight.status")
   if not enable then
     status.set({ state = "disabled", message = "turned off with :MemoSight toggle" })
-  elseif status.get().state == "disabled" and require("memosight.client").get() then
-    status.set({ state = "ready", message = "turned on with :MemoSight toggle" })
-  end
+  end -- turning on: the server reports its state itself
   vim.notify("memosight: completions " .. (enable and "on" or "off"), vim.log.levels.INFO)
 end
 

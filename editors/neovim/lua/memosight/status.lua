@@ -1,4 +1,5 @@
 --- The server's `memosight/status` notifications, kept for statuslines and the health check.
+--- (The server shows errors to the user itself, through window/showMessage.)
 
 local M = {}
 
@@ -11,9 +12,6 @@ local M = {}
 ---@type memosight.Status
 local current = { state = "stopped", message = "server not started", model = nil, lastLatencyMs = nil }
 
---- Whether to show errors as notifications (set from the config).
-M.notify_errors = true
-
 ---@return memosight.Status
 function M.get()
   return vim.deepcopy(current)
@@ -22,16 +20,12 @@ end
 --- Replaces the status and tells statuslines (User MemoSightStatus) to redraw.
 ---@param new memosight.Status
 function M.set(new)
-  local was_error = current.state == "error" and current.message == new.message
   current = {
     state = new.state,
     message = new.message or "",
     model = new.model ~= vim.NIL and new.model or nil,
     lastLatencyMs = new.lastLatencyMs ~= vim.NIL and new.lastLatencyMs or nil,
   }
-  if current.state == "error" and M.notify_errors and not was_error then
-    vim.notify("memosight: " .. current.message, vim.log.levels.ERROR)
-  end
   vim.api.nvim_exec_autocmds("User", { pattern = "MemoSightStatus", modeline = false })
 end
 
