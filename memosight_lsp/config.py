@@ -123,7 +123,7 @@ def _parse_into(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
             problems.append(f"{where}: unknown setting")
             continue
         hint = hints[f.name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             values[f.name] = _parse_into(hint, value, where, problems)
             continue
         try:

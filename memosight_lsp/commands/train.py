@@ -16,7 +16,7 @@ def register(sub) -> None:
     for what, module_name in TRAINERS.items():
         module = importlib.import_module(f"memosight_lsp.training.{module_name}")
         child = whats.add_parser(
-            what, help=module.__doc__.strip().splitlines()[0], description=module.__doc__
+            what, help=(module.__doc__ or what).strip().splitlines()[0], description=module.__doc__
         )
         module.register_cli(child)
         child.set_defaults(run=module.run_cli)

@@ -69,8 +69,9 @@ def cut_unmatched_closer(text: str, line_prefix: str) -> str:
 def drop_repetition(text: str) -> str:
     """Cut a line that repeats three times in a row (a degenerate loop) to its first copy."""
     lines = text.split("\n")
+    stripped = [line.strip() for line in lines]  # the first line has no indentation of its own
     for i in range(len(lines) - 2):
-        if lines[i].strip() and lines[i] == lines[i + 1] == lines[i + 2]:
+        if stripped[i] and stripped[i] == stripped[i + 1] == stripped[i + 2]:
             return "\n".join(lines[: i + 1])
     return text
 

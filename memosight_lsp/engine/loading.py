@@ -85,7 +85,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 def model_folder(path: str | os.PathLike | None) -> tuple[Path, bool]:
     """The folder to load from and whether it is the embedded default; checks it looks loadable."""
     embedded = path is None
-    folder = EMBEDDED_MODEL_DIR if embedded else Path(path).expanduser()
+    folder = EMBEDDED_MODEL_DIR if path is None else Path(path).expanduser()
     if not folder.exists():
         if embedded:
             raise ModelLoadError(
@@ -163,7 +163,7 @@ def load_model(
     except Exception as err:
         raise ModelLoadError(f"cannot load the model in {folder}: {_one_line(err)}") from err
     try:
-        model.to(torch_device)
+        model.to(torch_device)  # type: ignore[arg-type]
     except (torch.OutOfMemoryError, MemoryError) as err:
         raise ModelLoadError(f"out of memory moving the model to {torch_device}") from err
     model.eval()

@@ -1,0 +1,43 @@
+# Quick start:  make demo  (set up, then complete a sample file with the embedded model)
+#               make test  (lint, type check, Python + Neovim + VS Code tests)
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The torch to install when none is present. The default is the CPU wheel these machines keep
+# on disk; on a GPU machine install torch first (pytorch.org) or run `make setup TORCH=torch`.
+TORCH ?= torch==2.13.0
+
+.PHONY: setup setup-dev demo test lint typecheck pytest vscode-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+setup: $(BIN)/python
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e .
+
+setup-dev: setup
+	$(BIN)/python -m pip install -q -e ".[dev]"
+
+demo: setup
+	$(BIN)/memosight models
+	$(BIN)/memosight complete memosight_lsp/samples/quickstart.py --line 18 --character 8 --json
+
+lint:
+	$(BIN)/ruff check memosight_lsp tests
+	$(BIN)/ruff format --check memosight_lsp tests
+
+typecheck:
+	$(BIN)/mypy memosight_lsp
+
+pytest:
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+vscode-test:
+	bash editors/vscode/scripts/ci.sh
+
+test: lint typecheck pytest vscode-test
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,106 @@
+"""The `memosight` command line, run as a user would: a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SAMPLE = Path(__file__).resolve().parent.parent / "memosight_lsp" / "samples" / "quickstart.py"
+
+
+def memosight(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "memosight_lsp.cli_main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_complete_json(tiny_model_dir):
+    result = memosight(
+        "complete",
+        str(SAMPLE),
+        "--line",
+        "18",
+        "--character",
+        "8",
+        "--model",
+        str(tiny_model_dir),
+        "--max-new-tokens",
+        "8",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    for key in ("text", "new_tokens", "prompt_tokens", "prefill_ms", "decode_ms", "model"):
+        assert key in data
+    assert 0 < data["new_tokens"] <= 8
+    assert data["prompt_tokens"] > 50
+    assert data["model"] == Path(tiny_model_dir).name
+
+
+def test_plain_and_default_paths_print_the_same_text(tiny_model_dir):
+    common = [
+        "complete",
+        str(SAMPLE),
+        "--line",
+        "9",
+        "--character",
+        "30",
+        "--model",
+        str(tiny_model_dir),
+        "--max-new-tokens",
+        "12",
+        "--multiline",
+        "always",
+    ]
+    plain = memosight(*common, "--plain")
+    fast = memosight(*common)
+    assert plain.returncode == fast.returncode == 0
+    assert plain.stdout == fast.stdout
+
+
+def test_models_json(tiny_model_dir):
+    result = memosight("models", "--model", str(tiny_model_dir), "--json")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["fimFormat"] == "qwen" and info["device"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["complete", "/no/such/file.py", "--line", "0", "--character", "0"], "no such file"),
+        (["complete", str(SAMPLE), "--line", "999", "--character", "0"], "outside the file"),
+        (
+            ["complete", str(SAMPLE), "--line", "1", "--character", "0", "--model", "/no/model"],
+            "model folder not found",
+        ),
+        (["models", "--model", "/no/model"], "model folder not found"),
+    ],
+)
+def test_bad_input_is_one_line_without_traceback(args, message):
+    result = memosight(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stdout == ""
+
+
+def test_binary_file_is_refused(tmp_path):
+    binary = tmp_path / "blob.py"
+    binary.write_bytes(b"\x00\x01\x02" * 100)
+    result = memosight("complete", str(binary), "--line", "0", "--character", "0")
+    assert result.returncode == 2 and "binary" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["complete", "models", "train", "bench"])
+def test_every_subcommand_has_help(command):
+    result = memosight(command, "--help")
+    assert result.returncode == 0 and "usage:" in result.stdout

@@ -1,0 +1,119 @@
+"""Post-processing, the multi-line policy, token healing and positions: pure text logic."""
+
+from __future__ import annotations
+
+import pytest
+from tiny_models import tiny_tokenizer
+
+from memosight_lsp.completion.healing import HealingConstraint, VocabularyText, healing_split
+from memosight_lsp.completion.policy import describe_cursor, wants_multiline
+from memosight_lsp.completion.positions import index_to_utf16, split_at, utf16_to_index
+from memosight_lsp.completion.postprocess import finish, should_stop
+from memosight_lsp.completion.prompt import current_file_context
+
+
+def situation(before: str, after: str = ""):
+    return describe_cursor(before, after)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        ("def f(x):", "", True),  # end of a block header
+        ("def f(x):\n    ", "", True),  # empty body
+        ("    x = foo(", ")", False),  # mid-expression with code after the cursor
+        ("    x = 1\n    ", "", False),  # next statement in a body
+        ("    return x +", "", False),
+        ("class A:\n", "", True),
+    ],
+)
+def test_multiline_policy(before, after, expected):
+    assert wants_multiline(situation(before, after), "auto") is expected
+
+
+def test_multiline_overrides():
+    s = situation("    x = 1", "")
+    assert wants_multiline(s, "always") and not wants_multiline(situation("def f():"), "never")
+
+
+def test_block_stops_at_dedent():
+    s = situation("def f(x):\n    ")
+    raw = "y = x + 1\n    return y\n\ndef g():\n    pass\n"
+    assert should_stop(raw, s, multiline=True)
+    assert finish(raw, s, multiline=True) == "y = x + 1\n    return y"
+
+
+def test_header_line_completion_keeps_the_body():
+    s = situation("    def area(self):")
+    raw = "\n        return self.w * self.h\n    def next(self):"
+    assert finish(raw, s, multiline=True) == "\n        return self.w * self.h"
+
+
+def test_single_line_cut_and_suffix_overlap():
+    s = situation("    total = compute(a, ", ")")
+    assert finish("b)\n    return total", s, multiline=False) == "b"
+
+
+def test_unmatched_closer_is_cut():
+    s = situation("    x = value")
+    assert finish(" + 1) * 2", s, multiline=False) == " + 1"
+
+
+def test_repetition_and_whitespace_only():
+    s = situation("def f():\n    ")
+    assert finish("x = 1\n    x = 1\n    x = 1\n    x = 1", s, True) == "x = 1"
+    assert finish("   \n  ", s, True) == ""
+
+
+def test_mid_word_detection():
+    assert situation("    val", "ue = 1").mid_word
+    assert not situation("    value", " = 1").mid_word
+
+
+@pytest.mark.parametrize(
+    ("prefix", "kept", "healed"),
+    [
+        ("x = TypeErr", "x =", " TypeErr"),
+        ("foo.", "foo.", ""),
+        ("    ", "   ", " "),
+        ("a\n", "a\n", ""),
+    ],
+)
+def test_healing_split(prefix, kept, healed):
+    assert healing_split(prefix) == (kept, healed)
+
+
+def test_healing_constraint_spells_out_the_backed_off_text():
+    tokenizer = tiny_tokenizer()
+    vocab = VocabularyText(tokenizer)
+    constraint = HealingConstraint(" return", vocab, tokenizer)
+    first = constraint([])
+    assert first
+    for token_id in first:
+        piece = tokenizer.decode([token_id])
+        assert piece.startswith(" return") or " return".startswith(piece)
+    full = tokenizer.encode(" return", add_special_tokens=False)
+    assert constraint(full) is None  # covered: free generation
+
+
+def test_utf16_positions():
+    line = "s = '😀x'"
+    assert utf16_to_index(line, 5) == 5  # the emoji starts at unit 5 and takes two units
+    assert utf16_to_index(line, 7) == 6
+    assert utf16_to_index(line, 99) == len(line)
+    assert index_to_utf16(line, 6) == 7
+    assert split_at("ab\ncd", 1, 1) == ("ab\nc", "d")
+    assert split_at("ab", 5, 9) == ("ab", "")
+
+
+def test_current_file_context_keeps_nearest_lines_within_budget():
+    prefix = "\n".join(f"line{i}" for i in range(100)) + "\nx = "
+    suffix = "\n".join(f"after{i}" for i in range(100))
+
+    def count(s: str) -> int:
+        return len(s.split())
+
+    packed = current_file_context(prefix, suffix, 40, count)
+    assert packed.prefix.endswith("line99\nx = ")
+    assert packed.suffix.startswith("after0")
+    assert count(packed.prefix) + count(packed.suffix) <= 40

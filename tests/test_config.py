@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from memosight_lsp.config import Settings, parse_settings, settings_to_wire
+
+
+def test_empty_gives_defaults():
+    settings, problems = parse_settings(None)
+    assert settings == Settings() and problems == []
+
+
+def test_camel_case_and_wrapped_section():
+    raw = {"memosight": {"completion": {"maxNewTokens": 32}, "model": {"path": "/m"}}}
+    settings, problems = parse_settings(raw)
+    assert problems == []
+    assert settings.completion.max_new_tokens == 32
+    assert settings.model.path == "/m"
+
+
+def test_invalid_values_fall_back_to_defaults_with_reasons():
+    raw = {
+        "enable": "yes",
+        "completion": {"maxNewTokens": -3, "multiline": "sometimes"},
+        "languages": {"python": "off"},
+        "bogus": 1,
+        "context": 5,
+    }
+    settings, problems = parse_settings(raw)
+    assert settings == Settings()
+    text = "\n".join(problems)
+    for where in (
+        "enable",
+        "completion.maxNewTokens",
+        "completion.multiline",
+        "languages",
+        "bogus",
+        "context",
+    ):
+        assert where in text
+
+
+def test_language_switch():
+    settings, _ = parse_settings({"languages": {"markdown": False}})
+    assert not settings.language_enabled("markdown")
+    assert settings.language_enabled("python")
+    off, _ = parse_settings({"enable": False})
+    assert not off.language_enabled("python")
+
+
+def test_round_trip_through_the_wire_form():
+    wire = settings_to_wire(Settings())
+    assert wire["completion"]["maxNewTokens"] == 64
+    assert wire["context"]["budgetTokens"] == 1024
+    assert parse_settings(wire) == (Settings(), [])
