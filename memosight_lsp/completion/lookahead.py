@@ -1,0 +1,106 @@
+"""Per-buffer type-through cache: serve the rest of a shown suggestion without a model call.
+
+A suggestion G was computed for a document `before + after` with the cursor between them. While
+the document reads `before + G[:k] + after` (the user typed, accepted a word or a line, or
+backspaced within the suggestion) the cursor sits at `len(before) + k` and the rest is `G[k:]`.
+Any other edit makes the entry useless, and `prune` drops it.
+
+An entry may also demand a minimum k: the completion precomputed for "after accepting S" is
+stored as ghost S + S2 with min_typed len(S), so it is served once S has been accepted in full.
+Comparisons use startswith/endswith with offsets: no copies of the document are made.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+MAX_ENTRIES_PER_BUFFER = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class LookaheadEntry:
+    before: str  # document text before the cursor when the suggestion was made
+    after: str  # document text after the cursor
+    ghost: str  # the suggestion, as if inserted at the cursor
+    min_typed: int = 0  # serve only once at least this much of ghost has been typed
+    tokens: int = 0  # model tokens behind the suggestion (for stats)
+    source: str = "model"  # model | precompute
+
+    def typed(self, text: str) -> int | None:
+        """How much of the ghost the document holds now, or None if it was edited elsewhere."""
+        k = len(text) - len(self.before) - len(self.after)
+        if not 0 <= k <= len(self.ghost):
+            return None
+        if not text.startswith(self.before):
+            return None
+        if not text.endswith(self.after):
+            return None
+        if not text.startswith(self.ghost[:k], len(self.before)):
+            return None
+        return k
+
+    def rest(self, text: str, offset: int) -> str | None:
+        """The remaining suggestion for a cursor at offset in text, or None when not served."""
+        k = offset - len(self.before)
+        if k < self.min_typed or k >= len(self.ghost):
+            return None
+        if self.typed(text) != k:
+            return None
+        return self.ghost[k:]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LookaheadHit:
+    text: str
+    entry: LookaheadEntry
+
+
+class LookaheadCache:
+    """Suggestions per buffer, newest first. Thread-safe: the worker stores, the loop reads."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES_PER_BUFFER) -> None:
+        self._entries: dict[str, list[LookaheadEntry]] = {}
+        self._lock = threading.Lock()
+        self.max_entries = max_entries
+
+    def put(self, buffer_id: str, entry: LookaheadEntry) -> None:
+        if not entry.ghost:
+            return
+        with self._lock:
+            entries = [e for e in self._entries.get(buffer_id, []) if e != entry]
+            entries.insert(0, entry)
+            self._entries[buffer_id] = entries[: self.max_entries]
+
+    def lookup(self, buffer_id: str, text: str, offset: int) -> LookaheadHit | None:
+        with self._lock:
+            entries = list(self._entries.get(buffer_id, ()))
+        for entry in entries:
+            rest = entry.rest(text, offset)
+            if rest is not None:
+                return LookaheadHit(text=rest, entry=entry)
+        return None
+
+    def prune(self, buffer_id: str, text: str) -> None:
+        """Drop the entries the document no longer agrees with (an edit elsewhere)."""
+        with self._lock:
+            entries = self._entries.get(buffer_id)
+            if not entries:
+                return
+            kept = [e for e in entries if e.typed(text) is not None]
+            if kept:
+                self._entries[buffer_id] = kept
+            else:
+                del self._entries[buffer_id]
+
+    def forget(self, buffer_id: str) -> None:
+        with self._lock:
+            self._entries.pop(buffer_id, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def entries(self, buffer_id: str) -> list[LookaheadEntry]:
+        with self._lock:
+            return list(self._entries.get(buffer_id, ()))

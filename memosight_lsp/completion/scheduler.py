@@ -1,0 +1,186 @@
+"""One model worker thread, off the event loop: the newest request per buffer wins.
+
+Jobs are plain callables `work(cancelled) -> result`; `cancelled()` turns true as soon as a job is
+superseded (a newer request for the same buffer), cancelled by the client, or the scheduler stops,
+and the decoder polls it between forward passes so abandoned work ends early. A job cancelled
+before it started resolves to None without running.
+
+Order: control jobs (model loading) first, then requests, then speculative precomputes, each
+first-in first-out. A request whose key equals a live job's key (the same buffer state: an inline
+and a fallback request at one cursor, or the precompute the user just caught up with) joins that
+job instead of starting a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+JobKind = Literal["control", "request", "precompute"]
+PRIORITY: dict[str, int] = {"control": 0, "request": 1, "precompute": 2}
+Work = Callable[[Callable[[], bool]], Any]
+
+
+@dataclass(eq=False, kw_only=True)
+class Job:
+    buffer_id: str
+    kind: JobKind
+    work: Work
+    key: Hashable | None = None
+    not_before: float = 0.0  # time.monotonic() before which the job does not start (debounce)
+    future: Future = field(default_factory=Future)
+    waiters: int = 1
+    started: bool = False
+    _cancel: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    @property
+    def live(self) -> bool:
+        return not self.cancelled and not self.future.done()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def release(self) -> None:
+        """One waiter gave up (e.g. $/cancelRequest); the job stops when nobody waits on it."""
+        self.waiters -= 1
+        if self.waiters <= 0:
+            self.cancel()
+
+
+class Scheduler:
+    def __init__(self, name: str = "memosight-model") -> None:
+        self._jobs: list[Job] = []
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._started = False
+        self.current: Job | None = None
+
+    def start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._thread.start()
+
+    def submit(
+        self,
+        buffer_id: str,
+        work: Work,
+        *,
+        kind: JobKind = "request",
+        key: Hashable | None = None,
+        delay_s: float = 0.0,
+    ) -> Job:
+        with self._cond:
+            joined = self._join(buffer_id, kind, key)
+            if joined is not None:
+                return joined
+            if kind == "request":
+                self._cancel_locked(buffer_id, ("request", "precompute"))
+            elif kind == "precompute":
+                self._cancel_locked(buffer_id, ("precompute",))
+            job = Job(
+                buffer_id=buffer_id,
+                kind=kind,
+                work=work,
+                key=key,
+                not_before=time.monotonic() + max(0.0, delay_s),
+            )
+            self._jobs.append(job)
+            self._cond.notify_all()
+        self.start()
+        return job
+
+    def _join(self, buffer_id: str, kind: JobKind, key: Hashable | None) -> Job | None:
+        if key is None or kind == "control":
+            return None
+        for job in [*self._jobs, self.current]:
+            if job is None or job.buffer_id != buffer_id or job.key != key or not job.live:
+                continue
+            if kind == "request":
+                job.kind = "request" if job.kind == "precompute" else job.kind
+                job.waiters += 1
+            return job
+        return None
+
+    def cancel_buffer(self, buffer_id: str, kinds: tuple[str, ...] = ("request", "precompute")):
+        with self._cond:
+            self._cancel_locked(buffer_id, kinds)
+
+    def _cancel_locked(self, buffer_id: str, kinds: tuple[str, ...]) -> None:
+        for job in [*self._jobs, self.current]:
+            if job is not None and job.buffer_id == buffer_id and job.kind in kinds:
+                job.cancel()
+        self._cond.notify_all()
+
+    def jobs(self, buffer_id: str | None = None) -> list[Job]:
+        with self._cond:
+            live = [j for j in [*self._jobs, self.current] if j is not None and j.live]
+        return [j for j in live if buffer_id is None or j.buffer_id == buffer_id]
+
+    def stop(self, timeout: float | None = 2.0) -> None:
+        with self._cond:
+            self._stopping = True
+            for job in [*self._jobs, self.current]:
+                if job is not None:
+                    job.cancel()
+            self._cond.notify_all()
+        if self._started:
+            self._thread.join(timeout)
+
+    # -- worker -----------------------------------------------------------------------------
+
+    def _next_job(self) -> Job | None:
+        """The next due job (None when stopping); waits while nothing is due."""
+        with self._cond:
+            while True:
+                if self._stopping:
+                    return None
+                for job in [j for j in self._jobs if j.cancelled]:
+                    self._jobs.remove(job)
+                    _resolve(job, None)
+                now = time.monotonic()
+                due = [j for j in self._jobs if j.not_before <= now]
+                if due:
+                    job = min(due, key=lambda j: PRIORITY[j.kind])
+                    self._jobs.remove(job)
+                    job.started = True
+                    self.current = job
+                    return job
+                waits = [j.not_before - now for j in self._jobs]
+                self._cond.wait(timeout=min(waits) if waits else None)
+
+    def _run(self) -> None:
+        while (job := self._next_job()) is not None:
+            try:
+                if job.cancelled:
+                    _resolve(job, None)
+                    continue
+                result = job.work(lambda job=job: job.cancelled or self._stopping)
+                _resolve(job, result)
+            except BaseException as err:  # the worker must survive any job
+                log.exception("model job failed")
+                if not job.future.done():
+                    job.future.set_exception(err)
+            finally:
+                with self._cond:
+                    self.current = None
+        with self._cond:
+            for job in self._jobs:
+                _resolve(job, None)
+            self._jobs.clear()
+
+
+def _resolve(job: Job, result: Any) -> None:
+    if not job.future.done():
+        job.future.set_result(result)

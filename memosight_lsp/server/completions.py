@@ -1,0 +1,284 @@
+"""One completion request, end to end: policy checks, type-through cache, the model worker,
+stale-result dropping and the speculative precompute of the next completion.
+
+Handlers call `CompletionFlow.complete`; it never raises for bad input, it answers with an empty
+`Outcome` carrying the reason instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lsprotocol import types
+from pygls.workspace import TextDocument
+
+from memosight_lsp.completion.lookahead import LookaheadCache, LookaheadEntry
+from memosight_lsp.completion.policy import describe_cursor
+from memosight_lsp.completion.scheduler import Scheduler
+from memosight_lsp.completion.service import Completion, CompletionRequest
+from memosight_lsp.config import Settings
+
+from .documents import LineIndex, looks_binary, window_at
+from .model_host import ModelHost
+from .stats import ServerStats
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    text: str = ""
+    reason: str | None = None
+    position: types.Position | None = None  # the cursor, in client units
+    source: str = "none"  # model | typeThrough | precompute | none
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cursor:
+    uri: str
+    version: int | None
+    text: str
+    offset: int
+    position: types.Position  # clamped, in client units
+    language_id: str | None
+    path: str | None
+
+
+class CompletionFlow:
+    def __init__(
+        self,
+        *,
+        scheduler: Scheduler,
+        host: ModelHost,
+        stats: ServerStats,
+        settings: Callable[[], Settings],
+        on_model_result: Callable[[Completion], None] = lambda c: None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.host = host
+        self.stats = stats
+        self.lookahead = LookaheadCache()
+        self._settings = settings
+        self._on_model_result = on_model_result
+        self._index: dict[str, LineIndex] = {}
+        self._precompute_bases: dict[str, LookaheadEntry] = {}
+        self.generation = 0  # bumped on settings changes: cached work from older settings is unused
+
+    # -- documents --------------------------------------------------------------------------
+
+    def line_index(self, doc: TextDocument) -> LineIndex:
+        cached = self._index.get(doc.uri)
+        text = doc.source
+        if cached is None or cached.text is not text:
+            cached = LineIndex.of(text)
+            self._index[doc.uri] = cached
+        return cached
+
+    def cursor(self, doc: TextDocument, position: types.Position) -> Cursor:
+        index = self.line_index(doc)
+        codec = doc.position_codec
+        offset = index.offset_at(codec, position)
+        return Cursor(
+            uri=doc.uri,
+            version=doc.version,
+            text=index.text,
+            offset=offset,
+            position=index.position_at(codec, offset),
+            language_id=doc.language_id,
+            path=doc.path if doc.uri.startswith("file:") else None,
+        )
+
+    def document_changed(self, doc: TextDocument) -> None:
+        """Invalidate what an edit made useless: lookahead entries and a stale precompute."""
+        text = doc.source
+        self.lookahead.prune(doc.uri, text)
+        base = self._precompute_bases.get(doc.uri)
+        if base is not None and base.typed(text) is None:
+            self.scheduler.cancel_buffer(doc.uri, ("precompute",))
+            del self._precompute_bases[doc.uri]
+
+    def document_closed(self, uri: str) -> None:
+        self.scheduler.cancel_buffer(uri)
+        self.lookahead.forget(uri)
+        self._index.pop(uri, None)
+        self._precompute_bases.pop(uri, None)
+
+    def settings_changed(self) -> None:
+        self.generation += 1
+        self.lookahead.clear()
+        self._precompute_bases.clear()
+
+    # -- completion -------------------------------------------------------------------------
+
+    def refusal(self, cursor: Cursor, settings: Settings) -> str | None:
+        """Why there is no completion at this cursor before asking the model, if any."""
+        if not settings.enable:
+            return "completions are disabled (memosight.enable is false)"
+        if cursor.language_id and not settings.language_enabled(cursor.language_id):
+            return f"completions are disabled for language '{cursor.language_id}'"
+        return None
+
+    async def complete(self, doc: TextDocument | None, position: types.Position) -> Outcome:
+        started = time.perf_counter()
+        self.stats.count("requests")
+        if doc is None:
+            self.stats.count("empty")
+            return Outcome(reason="unknown document: it was never opened with didOpen")
+        settings = self._settings()
+        cursor = self.cursor(doc, position)
+        reason = self.refusal(cursor, settings)
+        if reason is not None:
+            self.stats.count("empty")
+            return Outcome(reason=reason, position=cursor.position)
+        if settings.completion.type_through:
+            hit = self.lookahead.lookup(cursor.uri, cursor.text, cursor.offset)
+            if hit is not None:
+                source = "precompute" if hit.entry.source == "precompute" else "typeThrough"
+                self.stats.count("typeThroughHits")
+                if source == "precompute":
+                    self.stats.count("precomputeHits")
+                self.stats.served((time.perf_counter() - started) * 1000, type_through=True)
+                self._maybe_precompute(cursor, hit.text, settings)
+                return Outcome(text=hit.text, position=cursor.position, source=source)
+        outcome = await self._from_model(cursor, settings)
+        if outcome.text:
+            self.stats.served((time.perf_counter() - started) * 1000)
+            self._maybe_precompute(cursor, outcome.text, settings)
+        else:
+            self.stats.count("empty")
+        return outcome
+
+    def request_for(self, text: str, offset: int, cursor: Cursor, settings: Settings):
+        window = window_at(text, offset)
+        request = CompletionRequest(
+            text=window.text,
+            line=window.line,
+            column=window.column,
+            path=cursor.path,
+            language_id=cursor.language_id,
+            buffer_id=cursor.uri,
+            max_new_tokens=settings.completion.max_new_tokens,
+            budget_tokens=settings.context.budget_tokens,
+            multiline=settings.completion.multiline,
+            mid_word=settings.completion.mid_word,
+        )
+        return window, request
+
+    async def _from_model(self, cursor: Cursor, settings: Settings) -> Outcome:
+        self.host.ensure(settings.model)
+        if self.host.state == "error":
+            return Outcome(reason=f"model error: {self.host.message}", position=cursor.position)
+        window, request = self.request_for(cursor.text, cursor.offset, cursor, settings)
+        if looks_binary(window):
+            return Outcome(reason="the file looks binary (NUL bytes)", position=cursor.position)
+        key = (cursor.offset, len(cursor.text), hash(cursor.text), self.generation)
+        entry_base = (cursor.text[: cursor.offset], cursor.text[cursor.offset :])
+        job = self.scheduler.submit(
+            cursor.uri,
+            lambda cancelled: self._run_model(request, entry_base, cancelled, "modelCalls"),
+            key=key,
+            delay_s=settings.completion.debounce_ms / 1000,
+        )
+        try:
+            completion = await asyncio.wrap_future(job.future)
+        except asyncio.CancelledError:
+            job.release()
+            self.stats.count("cancelled")
+            raise
+        if completion is None:
+            if self.host.state == "error":
+                return Outcome(reason=f"model error: {self.host.message}", position=cursor.position)
+            self.stats.count("superseded")
+            return Outcome(reason="superseded by a newer request", position=cursor.position)
+        current = self._current_version(cursor.uri)
+        if current is not None and current != cursor.version:
+            self.stats.count("dropped")
+            return Outcome(reason="the document changed meanwhile", position=cursor.position)
+        return Outcome(
+            text=completion.text, reason=completion.reason, position=cursor.position, source="model"
+        )
+
+    # Set by the server: the current version of an open document (None if unknown).
+    _current_version: Callable[[str], int | None] = staticmethod(lambda uri: None)
+
+    def _run_model(
+        self,
+        request: CompletionRequest,
+        base: tuple[str, str],
+        cancelled: Callable[[], bool],
+        counter: str,
+        *,
+        ghost_prefix: str = "",
+    ) -> Completion | None:
+        """On the worker: one model completion, remembered for type-through."""
+        engine = self.host.engine
+        if engine is None:
+            return None
+        self.stats.count(counter)
+        completion = engine.complete(request, cancelled=cancelled)
+        if completion.text:
+            self.stats.tokens(completion.new_tokens)
+            before, after = base
+            self.lookahead.put(
+                request.buffer_id or "",
+                LookaheadEntry(
+                    before=before,
+                    after=after,
+                    ghost=ghost_prefix + completion.text,
+                    min_typed=len(ghost_prefix),
+                    tokens=completion.new_tokens,
+                    source="precompute" if ghost_prefix else "model",
+                ),
+            )
+        if counter == "modelCalls":
+            self._on_model_result(completion)
+        return completion
+
+    def _maybe_precompute(self, cursor: Cursor, shown: str, settings: Settings) -> None:
+        """Start computing the completion that follows `shown` once it is accepted."""
+        if not (settings.completion.precompute_next and settings.completion.type_through):
+            return
+        if self.host.engine is None:
+            return
+        before, after = cursor.text[: cursor.offset], cursor.text[cursor.offset :]
+        base = LookaheadEntry(before=before, after=after, ghost=shown)
+        if self._precompute_bases.get(cursor.uri) == base:
+            return
+        accepted_text = before + shown + after
+        accepted_offset = cursor.offset + len(shown)
+        for entry in self.lookahead.entries(cursor.uri):
+            if entry.rest(accepted_text, accepted_offset) is not None:
+                return  # already known
+        self._precompute_bases[cursor.uri] = base
+        _, request = self.request_for(accepted_text, accepted_offset, cursor, settings)
+        key = (accepted_offset, len(accepted_text), hash(accepted_text), self.generation)
+        self.scheduler.submit(
+            cursor.uri,
+            lambda cancelled: self._run_model(
+                request, (before, after), cancelled, "precomputeCalls", ghost_prefix=shown
+            ),
+            kind="precompute",
+            key=key,
+        )
+
+    # -- explain ----------------------------------------------------------------------------
+
+    def explain(self, cursor: Cursor, settings: Settings) -> str | None:
+        """Why there would be no completion at this cursor, if any."""
+        window = window_at(cursor.text, cursor.offset)
+        reason = self.refusal(cursor, settings)
+        if reason is None and looks_binary(window):
+            reason = "the file looks binary (NUL bytes)"
+        if reason is None and self.host.state == "error":
+            reason = f"model error: {self.host.message}"
+        if reason is None and settings.completion.mid_word == "skip":
+            lines = window.text.split("\n")
+            row = lines[window.line] if window.line < len(lines) else ""
+            situation = describe_cursor(row[: window.column], row[window.column :])
+            if situation.mid_word:
+                reason = "the cursor is inside a word (midWord is 'skip')"
+        return reason

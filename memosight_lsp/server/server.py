@@ -1,0 +1,217 @@
+"""The language server object: settings, the model worker, caches and stats live here.
+
+Handlers (features.py) stay thin and call into this state. Work from the model thread reaches the
+client through `call_soon_threadsafe`, never directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+from urllib.parse import unquote
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.workspace import TextDocument
+
+from memosight_lsp import __version__
+from memosight_lsp.completion.scheduler import Scheduler
+from memosight_lsp.completion.service import Completion
+from memosight_lsp.config import Settings, parse_settings
+
+from .completions import CompletionFlow
+from .model_host import ModelHost, ModelState
+from .protocol import RobustProtocol
+from .stats import ServerStats
+
+log = logging.getLogger(__name__)
+
+STATUS_METHOD = "memosight/status"
+
+
+def deep_merge(base: dict, update: dict) -> dict:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def unwrap_settings(raw: Any) -> Any:
+    """Accept {"memosight": {...}} or the tree itself."""
+    if isinstance(raw, dict) and "memosight" in raw:
+        return raw["memosight"]
+    return raw
+
+
+class MemoSightServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__(
+            "memosight-lsp",
+            __version__,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            protocol_cls=RobustProtocol,
+        )
+        self.settings = Settings()
+        self.raw_settings: dict[str, Any] = {}
+        self.stats = ServerStats()
+        self.scheduler = Scheduler()
+        self.host = ModelHost(self.scheduler, self._model_state_from_worker)
+        self.flow = CompletionFlow(
+            scheduler=self.scheduler,
+            host=self.host,
+            stats=self.stats,
+            settings=lambda: self.settings,
+            on_model_result=self._model_result_from_worker,
+        )
+        self.flow._current_version = self._document_version  # type: ignore[method-assign]
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._shown: set[str] = set()
+        self._progress_token: str | None = None
+        self._progress_task: asyncio.Task | None = None
+        self._last_status: dict[str, Any] | None = None
+        self._background: set[asyncio.Future] = set()
+
+    # -- documents --------------------------------------------------------------------------
+
+    def document(self, uri: str) -> TextDocument | None:
+        docs = self.workspace.text_documents
+        return docs.get(uri) or docs.get(unquote(uri))
+
+    def _document_version(self, uri: str) -> int | None:
+        doc = self.document(uri)
+        return doc.version if doc is not None else None
+
+    # -- settings ---------------------------------------------------------------------------
+
+    def apply_settings(self, raw: Any, source: str) -> None:
+        """Merge a settings update; invalid parts are shown once and fall back to defaults."""
+        raw = unwrap_settings(raw)
+        if raw is None:
+            return
+        if not isinstance(raw, dict):
+            self.show_once(f"MemoSight: settings from {source} must be an object; ignored")
+            return
+        self.raw_settings = deep_merge(self.raw_settings, raw)
+        settings, problems = parse_settings(self.raw_settings)
+        if problems:
+            self.show_once(
+                "MemoSight: invalid settings, defaults used for: " + "; ".join(problems),
+                types.MessageType.Warning,
+            )
+        if settings != self.settings:
+            log.info("settings changed (%s)", source)
+            self.settings = settings
+            self.flow.settings_changed()
+        self.send_status()
+        if settings.enable and self.host.state != "idle":
+            self.host.ensure(settings.model)  # reload when the model settings changed
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def show_once(self, message: str, kind: types.MessageType = types.MessageType.Error) -> None:
+        if message in self._shown:
+            return
+        self._shown.add(message)
+        log.warning("%s", message)
+        self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+
+    def log_user(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
+        self.window_log_message(types.LogMessageParams(type=kind, message=message))
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        # pygls shows every out-of-band error in a popup; a log line is enough (and no spam).
+        log.error("server error (%s): %s", getattr(source, "__name__", source), error)
+        try:
+            self.log_user(f"MemoSight: {error}", types.MessageType.Error)
+        except Exception:  # the transport may be gone
+            log.debug("could not send the error to the client", exc_info=True)
+
+    def status(self) -> dict[str, Any]:
+        if not self.settings.enable:
+            state, message = "disabled", "completions are disabled (memosight.enable is false)"
+        elif self.host.state == "idle":
+            state, message = "loading", "the model loads at the first completion"
+        else:
+            state, message = self.host.state, self.host.message
+        return {
+            "state": state,
+            "message": message,
+            "model": self.host.model_name,
+            "lastLatencyMs": self.stats.last_latency_ms,
+        }
+
+    def send_status(self, *, force: bool = False) -> None:
+        status = self.status()
+        if not force and status == self._last_status:
+            return
+        self._last_status = status
+        self.protocol.notify(STATUS_METHOD, status)
+
+    # -- worker -> event loop ---------------------------------------------------------------
+
+    def capture_loop(self) -> None:
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+
+    def _on_loop(self, fn, *args) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def _model_state_from_worker(self, state: ModelState, message: str, name: str | None):
+        self._on_loop(self._model_state_changed, state, message)
+
+    def _model_result_from_worker(self, completion: Completion) -> None:
+        self._on_loop(self.send_status)
+
+    def _model_state_changed(self, state: ModelState, message: str) -> None:
+        if state == "loading":
+            self._progress_begin(message)
+        else:
+            self._progress_end(message)
+        if state == "error":
+            self.show_once(f"MemoSight: {message}")
+        elif state == "ready":
+            self.log_user(f"MemoSight: {message}")
+        self.send_status()
+
+    def _progress_begin(self, message: str) -> None:
+        caps = self.client_capabilities
+        window = caps.window if caps is not None else None
+        if not (window and window.work_done_progress):
+            return
+        token = f"memosight-load-{uuid.uuid4().hex[:8]}"
+        self._progress_token = token
+
+        async def begin() -> None:
+            try:
+                await self.work_done_progress.create_async(token)
+            except Exception:
+                log.debug("client refused the progress token", exc_info=True)
+                return
+            self.work_done_progress.begin(
+                token, types.WorkDoneProgressBegin(title="MemoSight", message=message)
+            )
+
+        self._progress_task = asyncio.ensure_future(begin())
+
+    def _progress_end(self, message: str) -> None:
+        token, task = self._progress_token, self._progress_task
+        self._progress_token = self._progress_task = None
+        if token is None or task is None:
+            return
+
+        async def end() -> None:
+            await task
+            if token in self.work_done_progress.tokens:
+                self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
+
+        self._background.add(task := asyncio.ensure_future(end()))
+        task.add_done_callback(self._background.discard)
+
+    def stop_worker(self) -> None:
+        self.scheduler.stop()

@@ -1,0 +1,72 @@
+"""Counters and latency percentiles behind `memosight/stats`. Thread-safe (worker + event loop)."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+WINDOW = 2000  # latencies kept per series
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return round(ordered[index], 3)
+
+
+class ServerStats:
+    COUNTERS = (
+        "requests",
+        "modelCalls",
+        "typeThroughHits",
+        "precomputeCalls",
+        "precomputeHits",
+        "cancelled",
+        "superseded",
+        "dropped",
+        "empty",
+        "errors",
+    )
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(self.COUNTERS, 0)
+        self._latency: deque[float] = deque(maxlen=WINDOW)
+        self._type_through: deque[float] = deque(maxlen=WINDOW)
+        self._tokens: deque[int] = deque(maxlen=WINDOW)
+        self.last_latency_ms: float | None = None
+
+    def count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += n
+
+    def served(self, latency_ms: float, *, type_through: bool = False) -> None:
+        with self._lock:
+            self._latency.append(latency_ms)
+            if type_through:
+                self._type_through.append(latency_ms)
+            self.last_latency_ms = round(latency_ms, 3)
+
+    def tokens(self, n: int) -> None:
+        with self._lock:
+            self._tokens.append(n)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            latency = list(self._latency)
+            type_through = list(self._type_through)
+            tokens = list(self._tokens)
+            out: dict[str, Any] = dict(self._counts)
+        out.update(
+            p50Ms=percentile(latency, 50),
+            p95Ms=percentile(latency, 95),
+            p99Ms=percentile(latency, 99),
+            typeThroughP50Ms=percentile(type_through, 50),
+            typeThroughP99Ms=percentile(type_through, 99),
+            meanTokens=round(sum(tokens) / len(tokens), 2) if tokens else None,
+            lastLatencyMs=self.last_latency_ms,
+        )
+        return out
