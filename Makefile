@@ -37,7 +37,7 @@ pytest:
 vscode-test:
 	bash editors/vscode/scripts/ci.sh
 
-test: lint typecheck pytest vscode-test
+test: setup-dev lint typecheck pytest vscode-test
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
