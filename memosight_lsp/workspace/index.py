@@ -76,7 +76,7 @@ class WorkspaceIndex:
         self._buffer_symbols: dict[str, FileSymbols] = {}
         self._names: dict[str, set[str]] = {}
         self._resolver = Resolver()
-        self._texts: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._texts: OrderedDict[str, tuple[tuple[int, int], str]] = OrderedDict()
         self._parsed: OrderedDict[str, FileSymbols] = OrderedDict()
         self._lock = threading.RLock()
         self._dirty = False
@@ -294,19 +294,23 @@ class WorkspaceIndex:
                 return buffer.text
             symbols = self._files.get(rel)
             hit = self._texts.get(rel)
-            if hit is not None and symbols is not None and hit[0] == symbols.digest:
-                self._texts.move_to_end(rel)
-                return hit[1]
+        file = self.abspath(rel)
         try:
-            data = self.abspath(rel).read_bytes()
+            stat = file.stat()
         except OSError:
             return None
-        digest = content_digest(data)
-        if symbols is not None and digest != symbols.digest:
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        try:
+            data = file.read_bytes()
+        except OSError:
+            return None
+        if symbols is not None and content_digest(data) != symbols.digest:
             self.update_file(rel)  # changed behind our back (watcher not yet flushed)
         text = data.decode("utf-8", "replace")
         with self._lock:
-            self._texts[rel] = (digest, text)
+            self._texts[rel] = (stamp, text)
             while len(self._texts) > _TEXT_CACHE_SIZE:
                 self._texts.popitem(last=False)
         return text
