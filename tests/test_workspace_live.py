@@ -114,7 +114,8 @@ def apply_to_text(text: str, edit: TextEdit) -> str:
 def test_incremental_reparse_equals_full_parse(path: str) -> None:
     spec = language_for(path)
     source = {
-        "a.py": "import os\n\ndef f(a):\n    return a  # ü\n\nclass K:\n    def m(self):\n        pass\n",
+        "a.py": "import os\n\ndef f(a):\n    return a  # ü\n\n"
+        "class K:\n    def m(self):\n        pass\n",
         "a.ts": "export function f(a: number) { return a; }\nclass K { m() { return 'ü'; } }\n",
         "a.rs": "fn f(a: i32) -> i32 { a }\nstruct S { x: u8 }\nimpl S { fn m(&self) {} }\n",
     }[path]
