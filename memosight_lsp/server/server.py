@@ -210,8 +210,8 @@ class MemoSightServer(LanguageServer):
             if token in self.work_done_progress.tokens:
                 self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
 
-        self._background.add(task := asyncio.ensure_future(end()))
-        task.add_done_callback(self._background.discard)
+        self._background.add(ending := asyncio.ensure_future(end()))
+        ending.add_done_callback(self._background.discard)
 
     def stop_worker(self) -> None:
         self.scheduler.stop()

@@ -1,0 +1,107 @@
+"""The type-through cache: typing, backspacing and accepting within a suggestion."""
+
+from __future__ import annotations
+
+from memosight_lsp.completion.lookahead import LookaheadCache, LookaheadEntry
+
+BEFORE = "def add(a, b):\n    "
+AFTER = "\n\nprint(add(1, 2))\n"
+GHOST = "return a + b"
+
+
+def cache_with(ghost: str = GHOST, **kw) -> LookaheadCache:
+    cache = LookaheadCache()
+    cache.put("u", LookaheadEntry(before=BEFORE, after=AFTER, ghost=ghost, **kw))
+    return cache
+
+
+def doc(typed: str) -> tuple[str, int]:
+    return BEFORE + typed + AFTER, len(BEFORE) + len(typed)
+
+
+def test_typing_matching_characters_serves_the_rest():
+    cache = cache_with()
+    for k in range(len(GHOST)):
+        text, offset = doc(GHOST[:k])
+        hit = cache.lookup("u", text, offset)
+        assert hit is not None and hit.text == GHOST[k:]
+
+
+def test_fully_typed_suggestion_is_a_miss():
+    text, offset = doc(GHOST)
+    assert cache_with().lookup("u", text, offset) is None
+
+
+def test_backspace_within_the_suggestion_serves_more():
+    cache = cache_with()
+    text, offset = doc("return a")
+    assert cache.lookup("u", text, offset).text == " + b"
+    text, offset = doc("retu")
+    assert cache.lookup("u", text, offset).text == "rn a + b"
+
+
+def test_typing_a_different_character_misses_and_prune_drops_it():
+    cache = cache_with()
+    text, offset = doc("returX")
+    assert cache.lookup("u", text, offset) is None
+    cache.prune("u", text)
+    assert cache.entries("u") == []
+
+
+def test_edit_elsewhere_invalidates():
+    cache = cache_with()
+    text, offset = doc("ret")
+    edited = "# note\n" + text
+    assert cache.lookup("u", edited, offset + 7) is None
+    cache.prune("u", edited)
+    assert cache.entries("u") == []
+
+
+def test_prune_keeps_entries_the_document_still_agrees_with():
+    cache = cache_with()
+    text, _ = doc("return")
+    cache.prune("u", text)
+    assert len(cache.entries("u")) == 1
+
+
+def test_cursor_elsewhere_misses():
+    cache = cache_with()
+    text, offset = doc("ret")
+    assert cache.lookup("u", text, offset - 1) is None  # the cursor moved, the text did not
+    assert cache.lookup("u", text, 0) is None
+
+
+def test_partial_acceptance_of_a_line_keeps_the_rest():
+    ghost = "if a:\n        return b\n    return a"
+    cache = cache_with(ghost)
+    text, offset = doc("if a:\n")
+    assert cache.lookup("u", text, offset).text == "        return b\n    return a"
+
+
+def test_min_typed_serves_only_after_acceptance():
+    cache = cache_with("return a + b\n    # done", min_typed=len(GHOST), source="precompute")
+    text, offset = doc("ret")
+    assert cache.lookup("u", text, offset) is None
+    text, offset = doc(GHOST)
+    hit = cache.lookup("u", text, offset)
+    assert hit.text == "\n    # done" and hit.entry.source == "precompute"
+
+
+def test_buffers_are_separate_and_forget_clears():
+    cache = cache_with()
+    text, offset = doc("r")
+    assert cache.lookup("other", text, offset) is None
+    cache.forget("u")
+    assert cache.lookup("u", text, offset) is None
+
+
+def test_entries_per_buffer_are_bounded_and_newest_first():
+    cache = LookaheadCache(max_entries=2)
+    for ghost in ("a1", "b2", "c3"):
+        cache.put("u", LookaheadEntry(before="x", after="", ghost=ghost))
+    assert [e.ghost for e in cache.entries("u")] == ["c3", "b2"]
+
+
+def test_empty_ghost_is_not_stored():
+    cache = cache_with("")
+    assert cache.entries("u") == []

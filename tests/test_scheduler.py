@@ -1,0 +1,142 @@
+"""The model worker: newest request per buffer wins, cancellation stops work early."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from memosight_lsp.completion.scheduler import Scheduler
+
+
+@pytest.fixture
+def scheduler():
+    s = Scheduler()
+    yield s
+    s.stop()
+
+
+def blocking_work(started: threading.Event, log: list, name: str):
+    def work(cancelled):
+        started.set()
+        while not cancelled():
+            time.sleep(0.005)
+        log.append(f"{name} stopped early")
+        return None
+
+    return work
+
+
+def test_runs_jobs_off_the_calling_thread(scheduler):
+    job = scheduler.submit("b", lambda cancelled: threading.current_thread().name)
+    assert job.future.result(5) == "memosight-model"
+
+
+def test_newer_request_for_the_same_buffer_cancels_the_running_one(scheduler):
+    started, log = threading.Event(), []
+    first = scheduler.submit("b", blocking_work(started, log, "first"))
+    assert started.wait(5)
+    second = scheduler.submit("b", lambda cancelled: "second")
+    assert second.future.result(5) == "second"
+    assert first.future.result(5) is None
+    assert log == ["first stopped early"]
+
+
+def test_pending_superseded_job_never_runs(scheduler):
+    started, log = threading.Event(), []
+    scheduler.submit("other", blocking_work(started, log, "other"))
+    assert started.wait(5)
+    ran = []
+    stale = scheduler.submit("b", lambda c: ran.append("stale"))
+    fresh = scheduler.submit("b", lambda c: "fresh")
+    scheduler.cancel_buffer("other")
+    assert fresh.future.result(5) == "fresh"
+    assert stale.future.result(5) is None and ran == []
+
+
+def test_other_buffers_are_not_cancelled(scheduler):
+    gate = threading.Event()
+    a = scheduler.submit("a", lambda c: gate.wait(5) and "a")
+    b = scheduler.submit("b", lambda c: "b")
+    gate.set()
+    assert a.future.result(5) == "a" and b.future.result(5) == "b"
+
+
+def test_same_key_joins_the_live_job(scheduler):
+    gate = threading.Event()
+    first = scheduler.submit("b", lambda c: gate.wait(5) and "shared", key="k")
+    second = scheduler.submit("b", lambda c: "new", key="k")
+    assert second is first and first.waiters == 2
+    second.release()  # one waiter gone: the job goes on
+    assert not first.cancelled
+    gate.set()
+    assert first.future.result(5) == "shared"
+
+
+def test_release_by_the_last_waiter_cancels(scheduler):
+    started, log = threading.Event(), []
+    job = scheduler.submit("b", blocking_work(started, log, "job"))
+    assert started.wait(5)
+    job.release()
+    assert job.future.result(5) is None and log == ["job stopped early"]
+
+
+def test_request_joins_and_promotes_a_precompute(scheduler):
+    gate = threading.Event()
+    blocker = scheduler.submit("x", lambda c: gate.wait(5))
+    pre = scheduler.submit("b", lambda c: "next", kind="precompute", key="after-accept")
+    joined = scheduler.submit("b", lambda c: "fresh", key="after-accept")
+    assert joined is pre and pre.kind == "request"
+    gate.set()
+    assert blocker.future.result(5) and joined.future.result(5) == "next"
+
+
+def test_requests_run_before_precomputes_and_control_first(scheduler):
+    gate = threading.Event()
+    order: list[str] = []
+    scheduler.submit("x", lambda c: gate.wait(5))
+    scheduler.submit("p", lambda c: order.append("precompute"), kind="precompute")
+    scheduler.submit("r", lambda c: order.append("request"))
+    last = scheduler.submit("m", lambda c: order.append("control"), kind="control")
+    gate.set()
+    last.future.result(5)
+    time.sleep(0.1)
+    assert order == ["control", "request", "precompute"]
+
+
+def test_a_request_cancels_the_buffers_precompute(scheduler):
+    started, log = threading.Event(), []
+    pre = scheduler.submit("b", blocking_work(started, log, "pre"), kind="precompute")
+    assert started.wait(5)
+    assert scheduler.submit("b", lambda c: "req").future.result(5) == "req"
+    assert pre.future.result(5) is None and log == ["pre stopped early"]
+
+
+def test_debounce_delays_and_a_newer_request_skips_the_wait(scheduler):
+    ran: list[str] = []
+    begun = time.monotonic()
+    first = scheduler.submit("b", lambda c: ran.append("first"), delay_s=0.3)
+    second = scheduler.submit("b", lambda c: ran.append("second") or "second", delay_s=0.1)
+    assert second.future.result(5) == "second"
+    assert time.monotonic() - begun >= 0.1
+    assert first.future.result(5) is None and ran == ["second"]
+
+
+def test_a_failing_job_does_not_kill_the_worker(scheduler):
+    def boom(cancelled):
+        raise RuntimeError("boom")
+
+    failed = scheduler.submit("b", boom)
+    with pytest.raises(RuntimeError):
+        failed.future.result(5)
+    assert scheduler.submit("c", lambda c: "alive").future.result(5) == "alive"
+
+
+def test_stop_cancels_running_work():
+    s = Scheduler()
+    started, log = threading.Event(), []
+    job = s.submit("b", blocking_work(started, log, "job"))
+    assert started.wait(5)
+    s.stop()
+    assert job.future.result(5) is None and log == ["job stopped early"]
