@@ -1,0 +1,263 @@
+"""Draft tokens for speculative decoding, merged into one candidate tree sized by a cost model.
+
+Sources (each proposes candidate continuations of the committed tokens):
+- `prompt`: n-gram lookup in the prompt and the tokens generated so far (code repeats itself);
+- `previous`: the last suggestion made for this buffer (the user often types it through);
+- `workspace`: n-gram lookup in other text of the workspace, given as token ids;
+- `heads`: the top-k tokens of the Medusa-style prediction heads (see heads.py).
+
+Every candidate token carries an estimated acceptance probability from online counts per source
+and match length (calibrated as decoding goes, starting from a prior). A node is worth verifying
+when its probability times the cost of one decode step exceeds the extra cost of one more token
+in the verification pass; the cost curve is measured on the device (CostModel.calibrate).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+MAX_NGRAM = 3
+# Prior per-token acceptance rates before any counts (pseudo-counts of PRIOR_WEIGHT tokens).
+PRIORS = {
+    ("previous", 3): 0.8,
+    ("previous", 2): 0.7,
+    ("previous", 1): 0.5,
+    ("prompt", 3): 0.6,
+    ("prompt", 2): 0.45,
+    ("prompt", 1): 0.25,
+    ("workspace", 3): 0.5,
+    ("workspace", 2): 0.35,
+    ("workspace", 1): 0.15,
+}
+PRIOR_WEIGHT = 8.0
+MIN_PROBABILITY = 0.02  # below this a node is never worth drafting
+
+
+@dataclass(kw_only=True)
+class Candidate:
+    tokens: list[int]
+    probs: list[float]  # cumulative probability that the path up to each token is accepted
+    source: str
+    bucket: tuple[str, int] | None = None  # key of the acceptance counts it updates
+
+
+@dataclass(kw_only=True)
+class DraftTree:
+    """Nodes 1..n of a verification pass; node 0 is the last committed token (the root)."""
+
+    tokens: list[int] = field(default_factory=list)  # token of node i+1
+    parents: list[int] = field(default_factory=list)  # input index of the parent of node i+1
+    depths: list[int] = field(default_factory=list)  # depth of node i+1 (root children: 1)
+    sources: list[str] = field(default_factory=list)
+    children: list[dict[int, int]] = field(default_factory=lambda: [{}])  # per input index
+    chain: bool = True  # node i+1's parent is node i for every node: plain causal mask works
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class AcceptanceStats:
+    """Online per-token acceptance rate per (source, match length), starting from PRIORS."""
+
+    def __init__(self) -> None:
+        self.accepted: dict[tuple[str, int], float] = {}
+        self.proposed: dict[tuple[str, int], float] = {}
+
+    def rate(self, bucket: tuple[str, int]) -> float:
+        prior = PRIORS.get(bucket, 0.3)
+        acc = self.accepted.get(bucket, 0.0) + prior * PRIOR_WEIGHT
+        return acc / (self.proposed.get(bucket, 0.0) + PRIOR_WEIGHT)
+
+    def update(self, candidates: Iterable[Candidate], truth: Sequence[int], known: int) -> None:
+        """truth: accepted tokens (+ the model's next token when known); known: how many of
+        truth's tokens are certain beyond which nothing was verified."""
+        for cand in candidates:
+            if cand.bucket is None:
+                continue
+            matched = 0
+            for a, b in zip(cand.tokens, truth, strict=False):
+                if a != b:
+                    break
+                matched += 1
+            proposed = min(len(cand.tokens), matched + 1, known)
+            if proposed <= 0:
+                continue
+            self.accepted[cand.bucket] = self.accepted.get(cand.bucket, 0.0) + min(
+                matched, proposed
+            )
+            self.proposed[cand.bucket] = self.proposed.get(cand.bucket, 0.0) + proposed
+
+
+class TokenIndex:
+    """Most recent position following every 1..MAX_NGRAM-gram of a growing token list."""
+
+    def __init__(self, tokens: Sequence[int] = (), max_n: int = MAX_NGRAM) -> None:
+        self.max_n = max_n
+        self.tokens: list[int] = []
+        self.index: dict[object, int] = {}
+        self.extend(tokens)
+
+    def extend(self, new: Sequence[int]) -> None:
+        toks = self.tokens
+        index = self.index
+        start = len(toks)
+        toks.extend(new)
+        # Register the n-grams ending just before each new position p, pointing at p.
+        for p in range(max(start, 1), len(toks)):
+            index[toks[p - 1]] = p
+            if p >= 2:
+                index[(toks[p - 2], toks[p - 1])] = p
+                if p >= 3 and self.max_n >= 3:
+                    index[(toks[p - 3], toks[p - 2], toks[p - 1])] = p
+
+    def lookup(self, tail: Sequence[int], limit: int) -> list[tuple[int, list[int]]]:
+        """(match length, continuation) for each distinct match of the tail's last n-grams."""
+        found: list[tuple[int, list[int]]] = []
+        seen: set[int] = set()
+        for n in range(min(self.max_n, len(tail)), 0, -1):
+            key: object = tail[-1] if n == 1 else tuple(tail[-n:])
+            p = self.index.get(key)
+            if p is None or p in seen:
+                continue
+            seen.add(p)
+            cont = self.tokens[p : p + limit]
+            if cont:
+                found.append((n, cont))
+        return found
+
+
+def ngram_candidates(
+    source: str,
+    index: TokenIndex,
+    tail: Sequence[int],
+    limit: int,
+    stats: AcceptanceStats,
+) -> list[Candidate]:
+    out = []
+    for n, cont in index.lookup(tail, limit):
+        bucket = (source, n)
+        rate = stats.rate(bucket)
+        probs = []
+        p = 1.0
+        for _ in cont:
+            p *= rate
+            if p < MIN_PROBABILITY:
+                break
+            probs.append(p)
+        if probs:
+            out.append(
+                Candidate(tokens=cont[: len(probs)], probs=probs, source=source, bucket=bucket)
+            )
+    return out
+
+
+class CostModel:
+    """Measured cost (ms) of one forward over q new tokens on top of a KV cache."""
+
+    def __init__(self, costs: dict[int, float] | None = None) -> None:
+        # Default: the shape measured on 2 CPU cores (ENVIRONMENT.md), in units of one step.
+        self.costs = dict(costs or {1: 1.0, 2: 1.2, 4: 1.3, 8: 1.5, 16: 2.0, 32: 2.7, 64: 4.5})
+        self._points = sorted(self.costs.items())
+
+    def cost(self, q: int) -> float:
+        points = self._points
+        if q <= points[0][0]:
+            return points[0][1]
+        for (q0, c0), (q1, c1) in zip(points, points[1:], strict=False):
+            if q <= q1:
+                return c0 + (c1 - c0) * (q - q0) / (q1 - q0)
+        (q0, c0), (q1, c1) = points[-2], points[-1]
+        return c1 + (c1 - c0) * (q - q1) / (q1 - q0)
+
+    @property
+    def step(self) -> float:
+        """What one accepted draft token saves: a whole one-token decode step."""
+        return self.cost(1)
+
+    @classmethod
+    def calibrate(
+        cls,
+        run: Callable[[int], None],
+        sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
+        repeats: int = 3,
+    ) -> CostModel:
+        """run(q) does one forward over q tokens (and rolls the cache back); keeps the min."""
+        costs = {}
+        run(1)  # warm-up
+        for q in sizes:
+            best = float("inf")
+            for _ in range(repeats):
+                started = time.perf_counter()
+                run(q)
+                best = min(best, (time.perf_counter() - started) * 1000)
+            costs[q] = best
+        # Noise can make a larger pass look cheaper: keep the curve non-decreasing.
+        running = 0.0
+        for q in sorted(costs):
+            running = max(running, costs[q])
+            costs[q] = running
+        return cls(costs)
+
+
+class _Node:
+    __slots__ = ("token", "prob", "source", "depth", "kids")
+
+    def __init__(self, token: int, prob: float, source: str, depth: int) -> None:
+        self.token = token
+        self.prob = prob
+        self.source = source
+        self.depth = depth
+        self.kids: dict[int, _Node] = {}
+
+
+def build_tree(
+    candidates: Sequence[Candidate], cost: CostModel, max_nodes: int, max_depth: int
+) -> DraftTree:
+    """Merge candidates into a trie and keep the nodes whose expected saving beats their cost."""
+    root = _Node(-1, 1.0, "", 0)
+    nodes: list[_Node] = []
+    for cand in candidates:
+        node = root
+        for depth, (token, prob) in enumerate(zip(cand.tokens, cand.probs, strict=False), 1):
+            if depth > max_depth:
+                break
+            prob = min(prob, node.prob)  # a child is never likelier than its parent
+            kid = node.kids.get(token)
+            if kid is None:
+                kid = _Node(token, prob, cand.source, depth)
+                node.kids[token] = kid
+                nodes.append(kid)
+            elif prob > kid.prob:
+                kid.prob = prob
+                kid.source = cand.source
+            node = kid
+    if not nodes:
+        return DraftTree()
+    # Parents always precede children in this order (prob never increases with depth).
+    nodes.sort(key=lambda n: (-n.prob, n.depth))
+    step = cost.step
+    keep: set[int] = set()
+    for count, node in enumerate(nodes, 1):
+        if count > max_nodes or node.prob * step < cost.cost(count + 1) - cost.cost(count):
+            break
+        keep.add(id(node))
+    tree = DraftTree()
+    # Depth-first, likeliest child first: the likeliest path is contiguous (cheap cache rollback).
+    stack = [(kid, 0) for kid in sorted(root.kids.values(), key=lambda n: n.prob)]
+    while stack:
+        node, parent = stack.pop()
+        if id(node) not in keep:
+            continue
+        tree.tokens.append(node.token)
+        tree.parents.append(parent)
+        tree.depths.append(node.depth)
+        tree.sources.append(node.source)
+        tree.children.append({})
+        index = len(tree.tokens)
+        tree.children[parent][node.token] = index
+        if parent != index - 1:
+            tree.chain = False
+        stack.extend((kid, index) for kid in sorted(node.kids.values(), key=lambda n: n.prob))
+    return tree

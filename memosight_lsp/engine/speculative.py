@@ -1,0 +1,316 @@
+"""Lossless speculative decoding: draft a token tree, verify it in one forward, keep the agreed path.
+
+    One pass feeds [last committed token] + draft tree nodes, each at position (past + depth) and
+    attending to the past and its own ancestors only (a 4D mask). Row i's logits are then exactly
+    the model's next-token logits after the path to node i, so we walk down the tree while the
+    model's greedy choice is a child, commit that path plus the model's own next token (the bonus),
+    and drop the other nodes from the KV cache. Every committed token is the model's argmax given
+    the committed prefix, hence the output equals plain greedy decoding (up to float rounding
+    between a k-token and a 1-token pass: fp32 keeps that ~1e-6, see docs/speculative.md).
+
+The decoder honours StopRules and allowed_tokens token by token exactly like greedy_generate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from .drafters import (
+    AcceptanceStats,
+    Candidate,
+    CostModel,
+    DraftTree,
+    TokenIndex,
+    build_tree,
+    ngram_candidates,
+)
+from .greedy import AllowedTokens, Generation, StopRules, pick, stop_reason_for
+from .prefix_cache import PrefixCache
+
+PREVIOUS_CONTEXT = 24  # prompt tokens kept before the previous suggestion (to find where it went)
+SOURCES = ("previous", "prompt", "workspace", "heads")
+
+
+class ModelRunner:
+    """The model split into trunk and LM head, so heads can read the last hidden state."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.trunk = model.base_model
+        self.lm_head = model.get_output_embeddings()
+        self.device = next(model.parameters()).device
+        dtype = next(model.parameters()).dtype
+        eager = getattr(model.config, "_attn_implementation", "eager") == "eager"
+        # eager attention adds the mask as-is: it needs 0 / -inf-like floats, not bools.
+        self.mask_dtype = dtype if eager else torch.bool
+        self.mask_min = torch.finfo(dtype).min
+
+    @torch.inference_mode()
+    def prefill(self, ids: Sequence[int], cache: DynamicCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hidden state [H] and logits [V] of the last of `ids`, appended to the cache."""
+        input_ids = torch.tensor([list(ids)], device=self.device)  # [1, S]
+        hidden = self.trunk(input_ids=input_ids, cache=cache, use_cache=True).last_hidden_state
+        last = hidden[0, -1:]  # [1, H]
+        return last[0], self.lm_head(last)[0].float()
+
+    @torch.inference_mode()
+    def verify(
+        self, root: int, tree: DraftTree, cache: DynamicCache, past: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hidden states [1+n, H] and logits [1+n, V] for the root token and every tree node."""
+        input_ids = torch.tensor([[root, *tree.tokens]], device=self.device)  # [1, 1+n]
+        if tree.chain:  # a chain is plain causal attention: let the model build its own mask
+            out = self.trunk(input_ids=input_ids, cache=cache, use_cache=True)
+        else:
+            n = len(tree.tokens) + 1
+            positions = torch.tensor([[past, *(past + d for d in tree.depths)]], device=self.device)
+            out = self.trunk(
+                input_ids=input_ids,
+                position_ids=positions,
+                attention_mask=self.tree_mask(tree, past, n),
+                cache=cache,
+                use_cache=True,
+            )
+        hidden = out.last_hidden_state[0]  # [1+n, H]
+        return hidden, self.lm_head(hidden).float()
+
+    def tree_mask(self, tree: DraftTree, past: int, n: int) -> torch.Tensor:
+        """[1, 1, n, past + n]: every node sees the past, its ancestors and itself."""
+        rows = [[True] + [False] * (n - 1)]
+        for i, parent in enumerate(tree.parents, 1):
+            row = list(rows[parent])
+            row[i] = True
+            rows.append(row)
+        local = torch.tensor(rows, device=self.device)  # [n, n] bool
+        mask = torch.ones(n, past + n, dtype=torch.bool, device=self.device)
+        mask[:, past:] = local
+        if self.mask_dtype != torch.bool:
+            mask = torch.zeros(mask.shape, dtype=self.mask_dtype, device=self.device).masked_fill(
+                ~mask, self.mask_min
+            )
+        return mask[None, None]
+
+    @staticmethod
+    @torch.inference_mode()
+    def keep_path(cache: DynamicCache, past: int, path: list[int], total: int) -> None:
+        """Keep only the accepted nodes (input indices `path`) of the last `total` cache entries."""
+        m = len(path)
+        if path[-1] != m - 1:  # not the contiguous first branch: move the path into place
+            index = torch.tensor(path, device=cache.layers[0].keys.device) + past
+            for layer in cache.layers:
+                layer.keys[:, :, past : past + m] = layer.keys[:, :, index]
+                layer.values[:, :, past : past + m] = layer.values[:, :, index]
+        if total > m:
+            cache.crop(m - total)
+
+    def calibrate(self, context: int = 256) -> CostModel:
+        """Time verification passes of 1..32 tokens on a `context`-token cache."""
+        vocab = int(self.model.config.vocab_size)
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, vocab, (context + 40,), generator=generator).tolist()
+        cache = DynamicCache(config=self.model.config)
+        self.prefill(ids[:context], cache)
+
+        def run(q: int) -> None:
+            tree = DraftTree(tokens=ids[context + 1 : context + q], depths=list(range(1, q)))
+            self.verify(ids[context], tree, cache, context)
+            cache.crop(-q)
+
+        return CostModel.calibrate(run, repeats=5)
+
+
+class SpeculativeDecoder:
+    """A drop-in for greedy_generate that drafts and verifies; keeps per-buffer state.
+
+    Called as decoder(model, prompt_ids, rules, allowed_tokens=..., buffer_id=...). With a
+    buffer_id the KV cache and the suggestion are kept for that buffer between requests.
+    """
+
+    per_buffer = True  # CompletionEngine passes buffer_id to decoders that set this
+
+    def __init__(
+        self,
+        *,
+        prefix_cache: PrefixCache | None = None,
+        heads: Any = None,
+        cost_model: CostModel | None = None,
+        max_draft: int = 32,
+        max_depth: int = 24,
+        sources: Sequence[str] = SOURCES,
+        calibrate: bool = True,
+    ) -> None:
+        self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
+        self.heads = heads  # an object with candidates(hidden, limit) -> list[Candidate]
+        self.cost_model = cost_model
+        self.max_draft = max_draft
+        self.max_depth = max_depth
+        self.sources = frozenset(sources)
+        self.calibrate = calibrate
+        self.stats = AcceptanceStats()
+        self.workspace: TokenIndex | None = None
+        self.previous: OrderedDict[str, TokenIndex] = OrderedDict()
+        self.totals: dict[str, Any] = {"passes": 0, "tokens": 0, "sources": {}}
+        self._runner: ModelRunner | None = None
+
+    def set_workspace_tokens(self, documents: Sequence[Sequence[int]]) -> None:
+        """Other workspace text (token ids) to draft from; replaces the previous set."""
+        index = TokenIndex()
+        for doc in documents:
+            index.extend(doc)
+        self.workspace = index if index.tokens else None
+
+    def forget(self, buffer_id: str) -> None:
+        self.prefix_cache.forget(buffer_id)
+        self.previous.pop(buffer_id, None)
+
+    def runner(self, model: Any) -> ModelRunner:
+        if self._runner is None or self._runner.model is not model:
+            self._runner = ModelRunner(model)
+            self.prefix_cache.clear()
+            self.previous.clear()
+            if self.cost_model is None:
+                self.cost_model = self._runner.calibrate() if self.calibrate else CostModel()
+        return self._runner
+
+    def __call__(
+        self,
+        model: Any,
+        prompt_ids: Sequence[int],
+        rules: StopRules,
+        *,
+        allowed_tokens: AllowedTokens | None = None,
+        buffer_id: str | None = None,
+    ) -> Generation:
+        result = Generation(tokens=[], prompt_tokens=len(prompt_ids))
+        if rules.max_new_tokens <= 0 or not prompt_ids:
+            return result
+        runner = self.runner(model)
+        started = time.perf_counter()
+        cache, reused = self.prefix_cache.take(buffer_id, model, prompt_ids)
+        hidden, logits = runner.prefill(prompt_ids[reused:], cache)
+        result.forward_passes = 1
+        prefilled = time.perf_counter()
+        result.prefill_ms = (prefilled - started) * 1000
+        context = TokenIndex(prompt_ids) if "prompt" in self.sources else None
+        committed = list(prompt_ids)  # ids whose keys/values are in the cache
+        previous = self.previous.get(buffer_id) if buffer_id is not None else None
+        drafted = accepted_total = 0
+        by_source: dict[str, int] = {}
+        while True:
+            allowed = allowed_tokens(result.tokens) if allowed_tokens else None
+            token = pick(logits, allowed)
+            reason = stop_reason_for(token, result.tokens, rules)
+            if reason is None and rules.cancelled is not None and rules.cancelled():
+                reason = "cancelled"
+            if reason is not None:
+                result.stop_reason = reason
+                break
+            committed.append(token)
+            if context is not None:
+                context.extend((token,))
+            room = min(rules.max_new_tokens - len(result.tokens), self.max_depth)
+            candidates = self._candidates(committed, context, previous, hidden, room)
+            tree = build_tree(candidates, self.cost_model, self.max_draft, room)
+            past = len(committed) - 1
+            hiddens, all_logits = runner.verify(token, tree, cache, past)
+            result.forward_passes += 1
+            drafted += len(tree)
+            # Walk down while the model's own choice is a drafted child.
+            node = 0
+            path = [0]
+            if len(tree):
+                choices = all_logits.argmax(-1).tolist()
+                while reason is None:
+                    kids = tree.children[node]
+                    if not kids:
+                        break
+                    if allowed_tokens is not None:
+                        allowed = allowed_tokens(result.tokens)
+                        choice = pick(all_logits[node], allowed) if allowed else choices[node]
+                    else:
+                        choice = choices[node]
+                    kid = kids.get(choice)
+                    if kid is None:
+                        break
+                    reason = stop_reason_for(choice, result.tokens, rules)
+                    node = kid
+                    path.append(kid)
+                    source = tree.sources[kid - 1]
+                    by_source[source] = by_source.get(source, 0) + 1
+                runner.keep_path(cache, past, path, len(tree) + 1)
+                new = [tree.tokens[i - 1] for i in path[1:]]
+                committed.extend(new)
+                if context is not None:
+                    context.extend(new)
+                accepted_total += len(new)
+                truth = new + ([choices[node]] if reason is None else [])
+                self.stats.update(candidates, truth, len(truth))
+            hidden, logits = hiddens[node], all_logits[node]
+            if reason is not None:
+                result.stop_reason = reason
+                break
+        result.decode_ms = (time.perf_counter() - prefilled) * 1000
+        self._remember(buffer_id, model, committed, cache, len(prompt_ids))
+        decode_passes = max(result.forward_passes - 1, 1)
+        result.stats = {
+            "speculative": True,
+            "reusedPromptTokens": reused,
+            "draftedTokens": drafted,
+            "acceptedDraftTokens": accepted_total,
+            "tokensPerPass": round(len(result.tokens) / decode_passes, 3),
+            "acceptedBySource": by_source,
+        }
+        self.totals["passes"] += result.forward_passes
+        self.totals["tokens"] += len(result.tokens)
+        for source, count in by_source.items():
+            self.totals["sources"][source] = self.totals["sources"].get(source, 0) + count
+        return result
+
+    def _candidates(
+        self,
+        committed: list[int],
+        context: TokenIndex | None,
+        previous: TokenIndex | None,
+        hidden: torch.Tensor,
+        room: int,
+    ) -> list[Candidate]:
+        if room <= 0:
+            return []
+        tail = committed[-3:]
+        out: list[Candidate] = []
+        if previous is not None:
+            out += ngram_candidates("previous", previous, tail, room, self.stats)
+        if context is not None:
+            out += ngram_candidates("prompt", context, tail, room, self.stats)
+        if self.workspace is not None and "workspace" in self.sources:
+            out += ngram_candidates("workspace", self.workspace, tail, room, self.stats)
+        if self.heads is not None and "heads" in self.sources:
+            out += self.heads.candidates(hidden, room)
+        return out
+
+    def _remember(
+        self, buffer_id: str | None, model: Any, committed: list[int], cache, prompt_len: int
+    ) -> None:
+        if buffer_id is None:
+            return
+        self.prefix_cache.put(buffer_id, model, committed, cache)
+        if "previous" in self.sources and len(committed) > prompt_len:
+            start = max(0, prompt_len - PREVIOUS_CONTEXT)
+            self.previous[buffer_id] = TokenIndex(committed[start:])
+            self.previous.move_to_end(buffer_id)
+            while len(self.previous) > self.prefix_cache.max_buffers:
+                self.previous.popitem(last=False)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "prefixCache": self.prefix_cache.stats(),
+            "costModelMs": self.cost_model.costs if self.cost_model else None,
+            "totals": self.totals,
+            "heads": self.heads is not None,
+        }
