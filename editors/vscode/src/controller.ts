@@ -27,7 +27,6 @@ export interface StatusSnapshot {
 
 export class Controller implements vscode.Disposable {
   private client: LanguageClient | undefined;
-  private server: ServerCommand | undefined;
   private lastLatencyMs: number | null = null;
   private snapshot: StatusSnapshot;
   private readonly statusEmitter = new vscode.EventEmitter<StatusSnapshot>();
@@ -80,12 +79,24 @@ export class Controller implements vscode.Disposable {
 
   private async doStart(): Promise<void> {
     this.show('starting', '', formatClientState('starting'));
+    try {
+      const server = await this.locate();
+      if (server) {
+        await this.launch(server);
+      }
+    } catch (err) {
+      this.fail(`MemoSight: the server failed to start: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
+  /** The server command in the documented order, or undefined after telling the user how to install it. */
+  private async locate(): Promise<ServerCommand | undefined> {
     const resource = vscode.window.activeTextEditor?.document.uri ?? vscode.workspace.workspaceFolders?.[0]?.uri;
     const config = vscode.workspace.getConfiguration(SECTION, resource);
     const log = (line: string): void => this.output.info(line);
     log('Looking for the MemoSight language server:');
     const interpreter = await selectedInterpreter(resource, log);
-    this.server = await locateServer(
+    const server = await locateServer(
       {
         serverPath: config.get<string>('serverPath'),
         serverArgs: config.get<string[]>('serverArgs'),
@@ -95,7 +106,7 @@ export class Controller implements vscode.Disposable {
       nodeProbes,
       log,
     );
-    if (!this.server) {
+    if (!server) {
       const message = notFoundMessage(interpreter?.command);
       this.output.error(message);
       this.show('notFound', message, formatClientState('notFound', message));
@@ -106,10 +117,13 @@ export class Controller implements vscode.Disposable {
           this.output.show();
         }
       });
-      return;
     }
-    log(`Starting: ${[this.server.command, ...this.server.args].join(' ')}`);
-    const client = createClient(this.server, this.output);
+    return server;
+  }
+
+  private async launch(server: ServerCommand): Promise<void> {
+    this.output.info(`Starting: ${[server.command, ...server.args].join(' ')}`);
+    const client = createClient(server, this.output);
     client.onNotification(STATUS_NOTIFICATION, (raw: unknown) => this.onStatus(raw));
     client.onDidChangeState((event) => {
       if (event.newState === State.Stopped && this.client === client) {
@@ -117,18 +131,17 @@ export class Controller implements vscode.Disposable {
       }
     });
     this.client = client;
-    try {
-      await client.start();
-    } catch (err) {
-      const message = `MemoSight: the server failed to start: ${err instanceof Error ? err.message : String(err)}`;
-      this.output.error(message);
-      this.show('error', message, formatClientState('stopped', message));
-      void vscode.window.showErrorMessage(message, 'Open Logs').then((choice) => {
-        if (choice) {
-          this.output.show();
-        }
-      });
-    }
+    await client.start();
+  }
+
+  private fail(message: string): void {
+    this.output.error(message);
+    this.show('error', message, formatClientState('stopped', message));
+    void vscode.window.showErrorMessage(message, 'Open Logs').then((choice) => {
+      if (choice) {
+        this.output.show();
+      }
+    });
   }
 
   private async doStop(): Promise<void> {

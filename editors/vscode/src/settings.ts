@@ -90,7 +90,8 @@ export function buildServerSettings(read: SettingReader, vars: PathVariables = {
     if (spec.key === 'model.path') {
       value = typeof value === 'string' && value.trim() !== '' ? expandPath(value.trim(), vars) : null;
     }
-    setPath(tree, spec.key, structuredClone(value));
+    // A JSON copy: VS Code hands out read-only proxies, and the tree must not alias them.
+    setPath(tree, spec.key, value === null ? null : JSON.parse(JSON.stringify(value)));
   }
   return tree;
 }

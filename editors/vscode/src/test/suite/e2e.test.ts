@@ -1,0 +1,209 @@
+// End-to-end tests in a real VS Code (code-server) extension host against the real server.
+// The browser side (src/e2e/run.ts) watches the DOM for the ghost text and screenshots it; it
+// signals this suite through files in MEMOSIGHT_E2E_DIR.
+
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import * as path from 'node:path';
+import * as vscode from 'vscode';
+import type { MemoSightApi } from '../../extension';
+import type { ContextResult } from '../../reports';
+
+const EXTENSION_ID = 'memosight.memosight';
+const TYPED = '    if n';
+const E2E_DIR = process.env.MEMOSIGHT_E2E_DIR;
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function waitFor<T>(what: string, probe: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) {
+      return value;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    }
+    await sleep(100);
+  }
+}
+
+interface InlineItem {
+  insertText: string | { value: string };
+}
+
+let api: MemoSightApi;
+let editor: vscode.TextEditor;
+let original = '';
+
+/** The fixture's text plus TYPED on its last line, cursor at the end, as a user would leave it. */
+async function resetEditor(): Promise<void> {
+  const doc = editor.document;
+  await editor.edit((edit) => edit.replace(new vscode.Range(doc.positionAt(0), doc.positionAt(doc.getText().length)), original));
+  const end = doc.positionAt(original.length);
+  editor.selection = new vscode.Selection(end, end);
+  await vscode.commands.executeCommand('editor.action.inlineSuggest.hide');
+  // Typing through the `type` command goes through the same path as keystrokes (and triggers
+  // inline suggestions automatically).
+  for (const ch of TYPED) {
+    await vscode.commands.executeCommand('type', { text: ch });
+  }
+  assert.equal(doc.getText(), original + TYPED);
+}
+
+/** The server's own answer at the cursor (what the ghost text must show). */
+async function serverSuggestion(): Promise<string> {
+  const client = api.controller.languageClient;
+  assert.ok(client, 'the language client is running');
+  const position = editor.selection.active;
+  const result = await client.sendRequest<{ items: InlineItem[] } | InlineItem[] | null>('textDocument/inlineCompletion', {
+    textDocument: { uri: editor.document.uri.toString() },
+    position: { line: position.line, character: position.character },
+    context: { triggerKind: 1 },
+  });
+  const items = result === null ? [] : Array.isArray(result) ? result : result.items;
+  if (items.length === 0) {
+    return '';
+  }
+  const text = items[0].insertText;
+  return typeof text === 'string' ? text : text.value;
+}
+
+/** Triggers inline suggest and runs `accept` until the document changes; returns what was inserted. */
+async function acceptWith(command: string): Promise<string> {
+  const before = editor.document.getText();
+  const inserted = await waitFor(
+    `${command} to insert ghost text`,
+    async () => {
+      await vscode.commands.executeCommand('editor.action.inlineSuggest.trigger');
+      await sleep(300);
+      await vscode.commands.executeCommand(command);
+      const after = editor.document.getText();
+      return after !== before ? after : undefined;
+    },
+    20_000,
+  );
+  assert.ok(inserted.startsWith(before), 'text was inserted at the end, nothing before it changed');
+  return inserted.slice(before.length);
+}
+
+async function waitForState(state: string, timeoutMs = 90_000): Promise<void> {
+  await waitFor(`status "${state}" (now "${api.status.state}": ${api.status.message})`, () => api.status.state === state, timeoutMs);
+}
+
+describe('MemoSight in VS Code', function () {
+  this.timeout(120_000);
+
+  before(async () => {
+    const ext = vscode.extensions.getExtension<MemoSightApi>(EXTENSION_ID);
+    assert.ok(ext, `extension ${EXTENSION_ID} is loaded`);
+    api = await ext.activate();
+    const folder = vscode.workspace.workspaceFolders?.[0];
+    assert.ok(folder, 'a workspace folder is open');
+    const doc = await vscode.workspace.openTextDocument(vscode.Uri.joinPath(folder.uri, 'example.py'));
+    original = doc.getText();
+    editor = await vscode.window.showTextDocument(doc);
+  });
+
+  after(async () => {
+    await vscode.workspace.getConfiguration('memosight').update('completion.maxNewTokens', undefined, vscode.ConfigurationTarget.Workspace);
+    await vscode.commands.executeCommand('workbench.action.files.revert');
+  });
+
+  it('starts the server from memosight.pythonPath and reaches "ready"', async () => {
+    await waitForState('ready');
+    assert.match(api.status.view.text, /MemoSight/);
+  });
+
+  it('shows ghost text from the server, which Tab (inlineSuggest.commit) inserts', async () => {
+    await resetEditor();
+    const expected = await serverSuggestion();
+    assert.ok(expected.trim().length > 0, `the server suggests something after "${TYPED}" (got ${JSON.stringify(expected)})`);
+    if (E2E_DIR) {
+      // The browser side screenshots the editor once the ghost text is in the DOM.
+      const seenFile = path.join(E2E_DIR, 'ghost-seen.json');
+      await waitFor('the browser to see ghost text in the editor DOM', async () => {
+        await vscode.commands.executeCommand('editor.action.inlineSuggest.trigger');
+        await sleep(250);
+        return existsSync(seenFile);
+      }, 30_000);
+      const seen = JSON.parse(readFileSync(seenFile, 'utf8')) as { text: string };
+      const firstLine = expected.split('\n')[0].trim();
+      assert.ok(
+        seen.text.replace(/\s+/g, '').includes(firstLine.replace(/\s+/g, '').slice(0, 10)),
+        `the DOM ghost text ${JSON.stringify(seen.text)} is the server's ${JSON.stringify(firstLine)}`,
+      );
+    }
+    const inserted = await acceptWith('editor.action.inlineSuggest.commit');
+    assert.equal(inserted, expected);
+  });
+
+  it('accepts the next word (inlineSuggest.acceptNextWord): a prefix of the suggestion', async () => {
+    await resetEditor();
+    const expected = await serverSuggestion();
+    const inserted = await acceptWith('editor.action.inlineSuggest.acceptNextWord');
+    assert.ok(inserted.length > 0 && inserted.length < expected.length, `one word, not all of ${JSON.stringify(expected)}`);
+    assert.ok(expected.startsWith(inserted), `${JSON.stringify(inserted)} starts ${JSON.stringify(expected)}`);
+  });
+
+  it('accepts the next line (inlineSuggest.acceptNextLine): the first line of the suggestion', async () => {
+    await resetEditor();
+    const expected = await serverSuggestion();
+    const inserted = await acceptWith('editor.action.inlineSuggest.acceptNextLine');
+    assert.ok(expected.startsWith(inserted), `${JSON.stringify(inserted)} starts ${JSON.stringify(expected)}`);
+    assert.ok(!inserted.replace(/\n$/, '').includes('\n'), `one line: ${JSON.stringify(inserted)}`);
+  });
+
+  it('shows the context (memosight/context) in a read-only document', async () => {
+    await resetEditor();
+    const result = (await vscode.commands.executeCommand('memosight.showContext')) as ContextResult | undefined;
+    assert.ok(result, 'the command returned the server result');
+    assert.ok(result.prompt.includes('def fibonacci'), 'the prompt holds the text before the cursor');
+    const shown = vscode.window.visibleTextEditors.find((e) => e.document.uri.scheme === 'memosight');
+    assert.ok(shown, 'a memosight: document is visible');
+    assert.match(shown.document.getText(), /# MemoSight context/);
+    assert.ok(shown.document.getText().includes('def fibonacci'));
+    editor = await vscode.window.showTextDocument(editor.document, vscode.ViewColumn.One);
+  });
+
+  it('shows stats (memosight/stats) counting the requests made', async () => {
+    const stats = (await vscode.commands.executeCommand('memosight.showStats')) as Record<string, unknown> | undefined;
+    assert.ok(stats, 'the command returned the server result');
+    assert.ok(typeof stats.requests === 'number' && stats.requests >= 3, `requests: ${String(stats.requests)}`);
+    const shown = vscode.window.visibleTextEditors.find((e) => e.document.uri.path === '/stats.md');
+    assert.ok(shown, 'the stats document is visible');
+    assert.match(shown.document.getText(), /\| Requests \| \d+ \|/);
+    editor = await vscode.window.showTextDocument(editor.document, vscode.ViewColumn.One);
+  });
+
+  it('passes a changed setting to the running server (completion.maxNewTokens)', async () => {
+    await resetEditor();
+    const full = await serverSuggestion();
+    const config = vscode.workspace.getConfiguration('memosight');
+    await config.update('completion.maxNewTokens', 1, vscode.ConfigurationTarget.Workspace);
+    const short = await waitFor('a shorter suggestion', async () => {
+      const now = await serverSuggestion();
+      return now.length < full.length ? now : undefined;
+    }, 10_000);
+    assert.ok(full.startsWith(short), `${JSON.stringify(short)} starts ${JSON.stringify(full)}`);
+    await config.update('completion.maxNewTokens', undefined, vscode.ConfigurationTarget.Workspace);
+  });
+
+  it('toggles off ("disabled", no suggestions) and on again without a restart', async () => {
+    await resetEditor();
+    await vscode.commands.executeCommand('memosight.toggle');
+    await waitForState('disabled', 10_000);
+    assert.equal(await serverSuggestion(), '');
+    await vscode.commands.executeCommand('memosight.toggle');
+    await waitForState('ready', 10_000);
+    assert.ok((await serverSuggestion()).length > 0);
+  });
+
+  it('restarts the server (memosight.restart) and serves again', async () => {
+    await vscode.commands.executeCommand('memosight.restart');
+    await waitForState('ready');
+    await resetEditor();
+    assert.ok((await serverSuggestion()).length > 0);
+  });
+});
