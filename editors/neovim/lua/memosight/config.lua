@@ -13,7 +13,8 @@
 ---@field dismiss string|false Hide the suggestion until the next edit.
 
 ---@class memosight.Config
----@field cmd string[] Command that starts the server over stdio.
+---@field cmd string[]|fun(dispatchers: table): table Command that starts the server over stdio,
+--- or a function such as vim.lsp.rpc.connect("127.0.0.1", 2087) for a server on TCP.
 ---@field filetypes string[] Filetypes the server attaches to.
 ---@field root_markers string[] Files that mark a project root.
 ---@field settings table Server settings tree (camelCase, as in the server's config.py).
@@ -22,7 +23,7 @@
 ---@field keymaps memosight.Keymaps Insert-mode keys; false leaves the key alone.
 
 ---@class memosight.UserConfig
----@field cmd? string[]
+---@field cmd? string[]|fun(dispatchers: table): table
 ---@field filetypes? string[]
 ---@field root_markers? string[]
 ---@field settings? table
@@ -138,8 +139,8 @@ local function validate(opts)
     end
   end
   check("cmd", opts.cmd, function(v)
-    return is_string_list(v) and #v > 0
-  end, true, "a non-empty list of strings")
+    return (is_string_list(v) and #v > 0) or type(v) == "function"
+  end, true, "a non-empty list of strings, or a function")
   check("filetypes", opts.filetypes, is_string_list, true, "a list of strings")
   check("root_markers", opts.root_markers, is_string_list, true, "a list of strings")
   check("settings", opts.settings, "table", true)
@@ -177,7 +178,7 @@ function M.resolve(opts)
   -- Lists replace rather than merge element-wise.
   for _, key in ipairs({ "cmd", "filetypes", "root_markers" }) do
     if opts[key] then
-      merged[key] = vim.deepcopy(opts[key])
+      merged[key] = type(opts[key]) == "table" and vim.deepcopy(opts[key]) or opts[key]
     end
   end
   return merged

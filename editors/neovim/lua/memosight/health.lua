@@ -106,6 +106,10 @@ end
 ---@return string? python
 local function check_server(cfg)
   health.start("Server")
+  if type(cfg.cmd) == "function" then
+    health.info("cmd is a function (a server over TCP?): skipping the install checks")
+    return nil
+  end
   local exe = vim.fn.exepath(cfg.cmd[1])
   if exe == "" then
     health.error(("server command not found: %s"):format(cfg.cmd[1]), { INSTALL_HINT })
