@@ -1,0 +1,270 @@
+"""Context recall: does the packed context hold the definition the next line is about to call?
+
+Cases come from real multi-file Python projects (unpacked wheels of PyPI packages that are not in
+the training corpus): every line that calls a module-level function or class defined in another
+file of the same project (found with Python's own `ast`, not with the index under test). The line
+is removed and the cursor put at its indentation; a case counts as recalled when the prompt holds
+that definition's header (`def name(` / `class name`) under the defining file's path marker.
+
+Three contexts are compared at each budget: the ranked context, the current file alone, and
+Copilot-style neighbour windows (the most Jaccard-similar 20-line windows of the other files in
+the same folder, as if they were open tabs).
+
+    python -m memosight_lsp.bench.context_recall /work/evaldata/projects/* --tokenizer T.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from memosight_lsp.context import build_context
+from memosight_lsp.context.lexical import best_windows, identifiers
+from memosight_lsp.workspace import WorkspaceIndex
+
+BUDGETS = (256, 512, 1024, 2048)
+_MARKER = re.compile(r"^# file: (.+)$", re.M)
+
+
+@dataclass(frozen=True)
+class Case:
+    rel: str
+    line: int
+    name: str
+    targets: tuple[str, ...]  # files defining `name`
+
+
+def load_counter(tokenizer: str | None) -> tuple[Callable[[str], int], str]:
+    """count_tokens from a tokenizer.json or model folder; else the embedded model; else chars/4."""
+    if tokenizer:
+        from tokenizers import Tokenizer
+
+        path = Path(tokenizer)
+        tok = Tokenizer.from_file(str(path / "tokenizer.json" if path.is_dir() else path))
+        return (lambda text: len(tok.encode(text, add_special_tokens=False).ids)), str(path)
+    try:
+        from memosight_lsp.engine.loading import load_tokenizer
+
+        hf = load_tokenizer(None)
+        return (lambda text: len(hf.encode(text, add_special_tokens=False))), "embedded model"
+    except Exception:  # no embedded model yet: a rough but monotone estimate
+        return (lambda text: (len(text) + 3) // 4), "chars/4"
+
+
+def find_cases(root: Path) -> list[Case]:
+    files = sorted(p for p in root.rglob("*.py") if p.is_file())
+    trees: dict[str, ast.Module] = {}
+    defined: dict[str, set[str]] = defaultdict(set)
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        trees[rel] = tree
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                if not node.name.startswith("__"):
+                    defined[node.name].add(rel)
+    cases: dict[tuple[str, int], Case] = {}
+    for rel, tree in trees.items():
+        own = {
+            n.name
+            for n in tree.body
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Name):
+                name = func.id
+            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                name = func.attr
+            else:
+                continue
+            targets = tuple(sorted(defined.get(name, set()) - {rel}))
+            if not targets or name in own:
+                continue
+            key = (rel, node.lineno - 1)
+            if key not in cases:
+                cases[key] = Case(rel, node.lineno - 1, name, targets)
+    return sorted(cases.values(), key=lambda c: (c.rel, c.line))
+
+
+def recalled(prefix: str, case: Case) -> bool:
+    header = re.compile(rf"^\s*(?:async\s+)?(?:def|class)\s+{re.escape(case.name)}\b", re.M)
+    marks = list(_MARKER.finditer(prefix))
+    for i, mark in enumerate(marks):
+        if mark.group(1) not in case.targets:
+            continue
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(prefix)
+        if header.search(prefix, mark.end(), end):
+            return True
+    return False
+
+
+def cut_line(text: str, line: int) -> tuple[str, int]:
+    """The file without the case's line, keeping its indentation where the cursor goes."""
+    lines = text.split("\n")
+    target = lines[line]
+    indent = target[: len(target) - len(target.lstrip())]
+    lines[line] = indent
+    return "\n".join(lines), len(indent)
+
+
+def neighbour_windows(
+    root: Path,
+    case: Case,
+    text: str,
+    column: int,
+    budget: int,
+    count: Callable[[str], int],
+) -> str:
+    """Copilot-style baseline: best Jaccard windows of same-folder files, then the file itself."""
+    lines = text.split("\n")
+    folder = (root / case.rel).parent
+    query = set(identifiers("\n".join(lines[max(0, case.line - 20) : case.line])))
+    scored = []
+    for path in sorted(folder.glob("*.py"))[:21]:
+        rel = path.relative_to(root).as_posix()
+        if rel == case.rel:
+            continue
+        other = path.read_text(encoding="utf-8", errors="replace").split("\n")
+        for score, window in best_windows(query, f"bench:{rel}", other, top=1):
+            chunk = "".join(f"{x}\n" for x in other[window.start : window.end + 1])
+            scored.append((score, rel, chunk))
+    scored.sort(key=lambda s: (-s[0], s[1]))
+    room = budget - budget // 8 - (budget * 3) // 8
+    parts = []
+    for _score, rel, chunk in scored:
+        piece = f"# file: {rel}\n{chunk}"
+        cost = count(piece)
+        if cost <= room:
+            parts.append(piece)
+            room -= cost
+    own = build_context(
+        text=text,
+        path=str(root / case.rel),
+        line=case.line,
+        column=column,
+        language_id="python",
+        budget_tokens=budget - (budget - budget // 8 - (budget * 3) // 8 - room),
+        count_tokens=count,
+    )
+    return "".join(parts) + own.prefix
+
+
+def run_project(
+    root: Path,
+    cases: Sequence[Case],
+    count: Callable[[str], int],
+    budgets: Sequence[int],
+    cache_dir: Path,
+) -> tuple[dict[str, dict[int, int]], list[float]]:
+    index = WorkspaceIndex(root, cache_dir=cache_dir)
+    index.scan()
+    hits: dict[str, dict[int, int]] = {
+        m: dict.fromkeys(budgets, 0) for m in ("ranked", "currentFile", "neighbourWindows")
+    }
+    timings: list[float] = []
+    texts: dict[str, str] = {}
+    for case in cases:
+        original = texts.setdefault(
+            case.rel, (root / case.rel).read_text(encoding="utf-8", errors="replace")
+        )
+        text, column = cut_line(original, case.line)
+        path = str(root / case.rel)
+        index.update_buffer(path, text, language_id="python")  # as the server does on didChange
+        for budget in budgets:
+            started = time.perf_counter()
+            packed = build_context(
+                text=text,
+                path=path,
+                line=case.line,
+                column=column,
+                language_id="python",
+                budget_tokens=budget,
+                count_tokens=count,
+                index=index,
+            )
+            if budget == 1024:
+                timings.append((time.perf_counter() - started) * 1000)
+            assert packed.prompt_tokens <= budget
+            hits["ranked"][budget] += recalled(packed.prefix, case)
+            plain = build_context(
+                text=text,
+                path=path,
+                line=case.line,
+                column=column,
+                language_id="python",
+                budget_tokens=budget,
+                count_tokens=count,
+            )
+            hits["currentFile"][budget] += recalled(plain.prefix, case)
+            windows = neighbour_windows(root, case, text, column, budget, count)
+            hits["neighbourWindows"][budget] += recalled(windows, case)
+        index.close_buffer(path)
+    return hits, timings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="memosight bench context", description=__doc__)
+    parser.add_argument("projects", nargs="+", help="project folders (unpacked sdists/wheels)")
+    parser.add_argument("--tokenizer", help="tokenizer.json or model folder used for counting")
+    parser.add_argument("--cases", type=int, default=100, help="cases sampled per project")
+    parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    count, counter_name = load_counter(args.tokenizer)
+    totals = {m: dict.fromkeys(args.budgets, 0) for m in ("ranked", "currentFile", "neighbourWindows")}
+    per_project = {}
+    timings: list[float] = []
+    n_total = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, project in enumerate(args.projects):
+            root = Path(project).resolve()
+            cases = find_cases(root)
+            rng = random.Random(args.seed)
+            sample = sorted(rng.sample(cases, min(args.cases, len(cases))), key=lambda c: (c.rel, c.line))
+            hits, times = run_project(root, sample, count, args.budgets, Path(tmp) / str(i))
+            timings.extend(times)
+            n = len(sample)
+            n_total += n
+            per_project[root.name] = {
+                "cases": n,
+                "available": len(cases),
+                "recall": {m: {b: round(h[b] / max(n, 1), 3) for b in args.budgets} for m, h in hits.items()},
+            }
+            for m, h in hits.items():
+                for b in args.budgets:
+                    totals[m][b] += h[b]
+            print(f"{root.name}: {per_project[root.name]}", file=sys.stderr)  # noqa: T201
+    timings.sort()
+    result = {
+        "counter": counter_name,
+        "cases": n_total,
+        "recall": {m: {b: round(h[b] / max(n_total, 1), 3) for b in args.budgets} for m, h in totals.items()},
+        "buildMsAt1024": {
+            "p50": round(statistics.median(timings), 2) if timings else None,
+            "p95": round(timings[int(0.95 * (len(timings) - 1))], 2) if timings else None,
+        },
+        "projects": per_project,
+    }
+    sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
