@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -159,3 +160,19 @@ async def wait_for_state(client: LanguageClient, state: str, timeout: float = 60
     statuses = client.statuses  # type: ignore[attr-defined]
     await wait_until(lambda: any(s["state"] == state for s in statuses), timeout)
     return next(s for s in statuses if s["state"] == state)
+
+
+def send_raw(client: LanguageClient, body: bytes) -> None:
+    """Write one message body as-is (to send what a well-behaved client never would)."""
+    header = f"Content-Length: {len(body)}\r\n\r\n".encode("ascii")
+    client.protocol.writer.write(header + body)
+
+
+async def raw_request(client: LanguageClient, method: str, params: Any, timeout: float = 10):
+    """A request whose params skip the client's type checks; returns the result or raises."""
+    msg_id = f"raw-{time.monotonic_ns()}"
+    future: asyncio.Future = asyncio.get_running_loop().create_future()
+    client.protocol._request_futures[msg_id] = future
+    body = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
+    send_raw(client, json.dumps(body).encode())
+    return await asyncio.wait_for(future, timeout)

@@ -125,6 +125,10 @@ class MemoSightServer(LanguageServer):
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         # pygls shows every out-of-band error in a popup; a log line is enough (and no spam).
+        # Request errors already went back in the response.
+        if getattr(source, "__name__", "") == "FeatureRequestError":
+            log.info("request failed: %s", error)
+            return
         log.error("server error (%s): %s", getattr(source, "__name__", source), error)
         try:
             self.log_user(f"MemoSight: {error}", types.MessageType.Error)
