@@ -60,6 +60,17 @@ T.test("a good setup maps no keys and picks the built-in ghost text on 0.12", fu
   T.eq({ memosight = cfg.init_options }, cfg.settings, "settings")
 end)
 
+T.test("a mapped key with no suggestion keeps its own meaning", function()
+  require("memosight").setup({ cmd = { "memosight-lsp-not-installed" }, keymaps = { accept = "<Tab>" } })
+  local bufnr = api.nvim_create_buf(true, true)
+  api.nvim_set_current_buf(bufnr)
+  T.feed("i<Tab>x<Esc>")
+  T.wait_for("typed", function()
+    return api.nvim_buf_get_lines(bufnr, 0, -1, false)[1] == "\tx"
+  end, 2000)
+  vim.keymap.del("i", "<Tab>")
+end)
+
 T.test("forcing the fallback path is honoured", function()
   require("memosight").setup({ cmd = { "memosight-lsp-not-installed" }, ghost_text = "fallback" })
   T.eq("fallback", (require("memosight").ghost_path()), "ghost path")
