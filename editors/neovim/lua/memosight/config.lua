@@ -85,8 +85,19 @@ end
 local function check(name, value, validator, optional, message)
   if vim.fn.has("nvim-0.11") == 1 then
     vim.validate(name, value, validator, optional, message)
+  elseif type(validator) == "function" then
+    -- 0.10's table form takes either `optional` or a message for function validators.
+    vim.validate({
+      [name] = {
+        value,
+        function(v)
+          return (optional and v == nil) or validator(v)
+        end,
+        message,
+      },
+    })
   else
-    vim.validate({ [name] = { value, validator, optional or message } })
+    vim.validate({ [name] = { value, validator, optional } })
   end
 end
 
