@@ -84,13 +84,24 @@ def find_cases(root: Path) -> list[Case]:
             for n in tree.body
             if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
         }
+        # `mod.f(...)` counts only when `mod` is an imported name (not `some_dict.get`).
+        imported = {
+            (alias.asname or alias.name).split(".")[0]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Import | ast.ImportFrom)
+            for alias in n.names
+        }
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
             if isinstance(func, ast.Name):
                 name = func.id
-            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            elif (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name)
+                and func.value.id in imported
+            ):
                 name = func.attr
             else:
                 continue
@@ -228,7 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     count, counter_name = load_counter(args.tokenizer)
-    totals = {m: dict.fromkeys(args.budgets, 0) for m in ("ranked", "currentFile", "neighbourWindows")}
+    totals = {
+        m: dict.fromkeys(args.budgets, 0) for m in ("ranked", "currentFile", "neighbourWindows")
+    }
     per_project = {}
     timings: list[float] = []
     n_total = 0
@@ -237,7 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             root = Path(project).resolve()
             cases = find_cases(root)
             rng = random.Random(args.seed)
-            sample = sorted(rng.sample(cases, min(args.cases, len(cases))), key=lambda c: (c.rel, c.line))
+            sample = sorted(
+                rng.sample(cases, min(args.cases, len(cases))), key=lambda c: (c.rel, c.line)
+            )
             hits, times = run_project(root, sample, count, args.budgets, Path(tmp) / str(i))
             timings.extend(times)
             n = len(sample)
@@ -245,7 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             per_project[root.name] = {
                 "cases": n,
                 "available": len(cases),
-                "recall": {m: {b: round(h[b] / max(n, 1), 3) for b in args.budgets} for m, h in hits.items()},
+                "recall": {
+                    m: {b: round(h[b] / max(n, 1), 3) for b in args.budgets}
+                    for m, h in hits.items()
+                },
             }
             for m, h in hits.items():
                 for b in args.budgets:
@@ -255,7 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {
         "counter": counter_name,
         "cases": n_total,
-        "recall": {m: {b: round(h[b] / max(n_total, 1), 3) for b in args.budgets} for m, h in totals.items()},
+        "recall": {
+            m: {b: round(h[b] / max(n_total, 1), 3) for b in args.budgets}
+            for m, h in totals.items()
+        },
         "buildMsAt1024": {
             "p50": round(statistics.median(timings), 2) if timings else None,
             "p95": round(timings[int(0.95 * (len(timings) - 1))], 2) if timings else None,

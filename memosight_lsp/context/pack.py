@@ -2,14 +2,14 @@
 
 Budget policy (B = budget_tokens, all counted with the caller's `count_tokens`):
 - The suffix (code after the cursor) gets up to B/8 with a workspace index, B/4 without.
-- The current file's prefix (lines right above the cursor) gets at least 3/8 of B with an index,
+- The current file's prefix (lines right above the cursor) gets at least 1/4 of B with an index,
   everything left over without one. Lines nearest the cursor are kept first.
 - When that window does not reach the top of the enclosing function/class, their heads (header +
   docstring) are kept above it, so a long function keeps its head and the lines near the cursor.
-- Ranked snippets share the rest: first every candidate that fits as a stub (signature +
-  docstring), in score order; then the best ones are upgraded to their full text while room
-  remains (a snippet in full may take at most half of that share). Unused room flows back to
-  the current file's prefix.
+- Ranked snippets share the rest, coverage first: every candidate that fits gets its header (in
+  score order), then headers are upgraded to header + docstring (for types: with their members'
+  headers), then the best ones to their full text while room remains (one full snippet may
+  take at most half of that share). Unused room flows back to the current file's prefix.
 - The final prompt is counted whole and trimmed (lowest-scored snippet first, then the farthest
   prefix lines, then the suffix's last lines) until it fits: the budget is never exceeded.
 
@@ -34,7 +34,7 @@ from .types import PackedContext, Snippet
 
 SUFFIX_SHARE_INDEXED = 1 / 8
 SUFFIX_SHARE_PLAIN = 1 / 4
-MIN_PREFIX_SHARE = 3 / 8
+MIN_PREFIX_SHARE = 1 / 4
 HEAD_SHARE = 1 / 8
 MAX_FULL_SHARE = 1 / 2
 MAX_FULL_UPGRADES = 6
@@ -53,6 +53,7 @@ class _Piece:
     tokens: int
     score: float
     candidate: Candidate | None = None
+    level: int = 0  # 1 header, 2 header + docstring, 3 full
 
 
 @dataclass(slots=True)
@@ -202,20 +203,22 @@ class _Selector:
                 self.texts[rel] = text.split("\n") if text is not None else None
         return self.texts[rel]
 
-    def render(self, c: Candidate, full: bool) -> str | None:
+    def render(self, c: Candidate, level: int) -> str | None:
+        """Level 1: header only; 2: header and docstring (stub); 3: the full definition."""
         if c.definition is None:
             return c.text
         lines = self.lines_of(c.path)
         if lines is None or c.symbols is None or c.end_line >= len(lines):
             return None
-        if full:
+        if level >= 3:
             return render_full(lines, c.definition)
-        return render_signature(lines, c.symbols, c.def_index)
+        return render_signature(lines, c.symbols, c.def_index, docs=level == 2)
 
     def select(
         self, candidates: list[Candidate], budget: int, blocked: tuple[int, int]
     ) -> tuple[list[_Piece], int]:
-        """Stubs for as many candidates as fit, then full text for the best. Returns tokens used."""
+        """Coverage first, then depth: a header for as many candidates as fit (score order), then
+        docstrings for them, then the full text of the best. Returns (pieces, tokens used)."""
         chosen: list[_Piece] = []
         seen_text: set[str] = set()
         paid_markers: set[str] = set()
@@ -227,13 +230,9 @@ class _Selector:
                 continue  # already visible in the prefix window
             if any(_covers(p, c) for p in chosen):
                 continue
-            text = self.render(c, full=False)
+            text = self.render(c, 1)
             if not text or text in seen_text:
                 continue
-            full_text = self.render(c, full=True) if c.definition is not None else text
-            kind = "window" if c.definition is None else "signature"
-            if full_text == text and c.definition is not None:
-                kind = "full"
             tokens = self.counter.piece(text)
             marker = 0
             if c.path != self.current and c.path not in paid_markers:
@@ -244,32 +243,58 @@ class _Selector:
             if marker:
                 paid_markers.add(c.path)
             seen_text.add(text)
-            chosen.append(_piece(c, kind, text, tokens))
-        # Upgrade the best stubs to full definitions while room remains.
-        upgrades = 0
-        for piece in sorted(chosen, key=lambda p: -p.score):
-            if upgrades >= MAX_FULL_UPGRADES:
-                break
+            kind = "window" if c.definition is None else "signature"
+            piece = _piece(c, kind, text, tokens)
+            piece.level = 1
+            chosen.append(piece)
+        by_score = sorted(chosen, key=lambda p: (-p.score, p.path, p.start_line))
+        used = self._upgrade(by_score, chosen, 2, len(by_score), budget, used)
+        used = self._upgrade(by_score, chosen, 3, MAX_FULL_UPGRADES, budget, used)
+        for piece in chosen:
             c = piece.candidate
-            if piece.kind != "signature" or c is None:
+            if piece.kind == "signature" and c is not None and piece.text == self.render(c, 3):
+                piece.kind = "full"
+        return chosen, used
+
+    def _upgrade(
+        self,
+        by_score: list[_Piece],
+        chosen: list[_Piece],
+        level: int,
+        limit: int,
+        budget: int,
+        used: int,
+    ) -> int:
+        done = 0
+        for piece in by_score:
+            c = piece.candidate
+            if done >= limit or piece not in chosen:
                 continue
-            full = self.render(c, full=True)
-            if not full:
+            if piece.kind != "signature" or c is None or piece.level >= level:
                 continue
-            tokens = self.counter.piece(full)
-            members = [
-                p for p in chosen if p is not piece and p.path == piece.path and _inside(p, piece)
-            ]
-            freed = sum(p.tokens for p in members)
-            extra = tokens - piece.tokens - freed
-            if tokens > budget * MAX_FULL_SHARE or used + extra > budget:
+            text = self.render(c, level)
+            if not text or text == piece.text:
+                piece.level = level
+                continue
+            tokens = self.counter.piece(text)
+            members = []
+            if level == 3:  # a full class makes its members' own chunks redundant
+                members = [
+                    p
+                    for p in chosen
+                    if p is not piece and p.path == piece.path and _inside(p, piece)
+                ]
+            extra = tokens - piece.tokens - sum(p.tokens for p in members)
+            if (level == 3 and tokens > budget * MAX_FULL_SHARE) or used + extra > budget:
                 continue
             used += extra
-            upgrades += 1
+            done += 1
             for member in members:
                 chosen.remove(member)
-            piece.kind, piece.text, piece.tokens = "full", full, tokens
-        return chosen, used
+            piece.text, piece.tokens, piece.level = text, tokens, level
+            if level == 3:
+                piece.kind = "full"
+        return used
 
 
 def _piece(c: Candidate, kind: str, text: str, tokens: int) -> _Piece:

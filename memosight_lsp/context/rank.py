@@ -29,11 +29,20 @@ W_IMPORTED = 1.0
 W_STAR = 0.9
 W_SAME_FILE = 0.8
 W_GLOBAL = 0.6
+W_GLOBAL_PYTHON = 0.15
+W_ATTRIBUTE = 0.25  # `x.name` with x of unknown type: any member called `name`
 W_IMPORT_BASELINE = 0.2  # imported names not used near the cursor: likely to be used next
+W_TOPIC = 0.6  # ... more so when their name shares words with the code at the cursor
+TOPIC_LINES = 12
 W_RECENT = 0.5
 W_WINDOW = 0.6
 OPEN_BUFFER_BOOST = 1.2
 
+_WORD = re.compile(r"(\.|->)?\s*\b([A-Za-z_][A-Za-z0-9_]*)")
+_ASSIGNED = re.compile(
+    r"(?:^\s*|\bfor\s+|\bas\s+|,\s*|\b(?:let|const|var|auto)\s+)([A-Za-z_][A-Za-z0-9_]*)\s*(?:=(?!=)|,|\bin\b|:=|\))",
+    re.M,
+)
 _PAIR = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:\.|::|->)\s*([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -75,6 +84,7 @@ class Ranker:
         self.scores: dict[tuple[str, int], float] = defaultdict(float)
         self.outlines: dict[str, FileSymbols | None] = {rel: symbols}
         self.windows: list[Candidate] = []
+        self.locals: set[str] = set()
 
     # -- file access ---------------------------------------------------------------------------
     def outline(self, rel: str) -> FileSymbols | None:
@@ -91,17 +101,25 @@ class Ranker:
         return text if text is not None else self.index.text(rel)
 
     # -- signals -------------------------------------------------------------------------------
-    def usage_weights(self) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
-        """How strongly each identifier (and `base.attr` pair) is tied to the cursor."""
-        words: dict[str, float] = defaultdict(float)
+    def usage_weights(
+        self,
+    ) -> tuple[dict[str, float], dict[str, float], dict[tuple[str, str], float]]:
+        """How strongly each identifier is tied to the cursor: bare names, attribute names
+        (`x.name`) and `base.attr` pairs, weighted by distance from the cursor."""
+        bare: dict[str, float] = defaultdict(float)
+        attrs: dict[str, float] = defaultdict(float)
         pairs: dict[tuple[str, str], float] = defaultdict(float)
         lines, line, keywords = self.lines, self.line, self.spec.keywords
 
         def take(text: str, weight: float) -> None:
-            found = identifiers(text)
-            for word in found:
-                if word not in keywords:
-                    words[word] += weight
+            for m in _WORD.finditer(text):
+                word = m.group(2)
+                if word in keywords:
+                    continue
+                if m.group(1):
+                    attrs[word] += weight
+                else:
+                    bare[word] += weight
             if "." in text or "::" in text:
                 for base, attr in _pairs(text):
                     pairs[(base, attr)] += weight
@@ -123,10 +141,38 @@ class Ranker:
             weight = (1.0 if i < line else 0.5) / (1.0 + distance / 6.0)
             take(lines[i], weight)
         for name in [d.name for d in self.symbols.enclosing(line)]:
-            words.pop(name, None)
-        return {w: min(v, 4.0) for w, v in words.items()}, {
-            p: min(v, 4.0) for p, v in pairs.items()
-        }
+            bare.pop(name, None)
+        self.locals = self.local_names(enclosing[-1] if enclosing else None)
+
+        def capped(table: dict) -> dict:
+            return {k: min(v, 4.0) for k, v in table.items()}
+
+        return capped(bare), capped(attrs), capped(pairs)
+
+    def topic_words(self) -> dict[str, float]:
+        """Sub-words (snake/camel parts, singular) of the code near the cursor, by closeness."""
+        topic: dict[str, float] = defaultdict(float)
+        low = max(0, self.line - TOPIC_LINES)
+        high = min(len(self.lines) - 1, self.line + TOPIC_LINES // 2)
+        for i in range(low, high + 1):
+            weight = 1.0 / (1.0 + abs(self.line - i) / 4.0)
+            for word in set(identifiers(self.lines[i])):
+                for part in subwords(word):
+                    topic[part] += weight
+        for d in self.symbols.enclosing(self.line):
+            for part in subwords(d.name):
+                topic[part] += 1.0
+        return {k: min(v, 2.0) / 2.0 for k, v in topic.items()}
+
+    def local_names(self, inner: Definition | None) -> set[str]:
+        """Parameters and assigned names of the enclosing function: they shadow workspace names
+        (`request` the argument is not `request` the function in api.py)."""
+        if inner is None:
+            return set()
+        body = "\n".join(self.lines[inner.start_line : inner.end_line + 1])
+        names = set(identifiers(inner.signature))
+        names.update(m.group(1) for m in _ASSIGNED.finditer(body))
+        return names - {inner.name}
 
     def add(self, rel: str, index: int, score: float) -> None:
         self.scores[(rel, index)] += score
@@ -153,7 +199,7 @@ class Ranker:
         return out
 
     def rank(self) -> list[Candidate]:
-        words, pairs = self.usage_weights()
+        bare, attrs, pairs = self.usage_weights()
         index, rel, language = self.index, self.rel, self.symbols.language
         bound: dict[str, list[Import]] = defaultdict(list)
         star_files: list[str] = []
@@ -170,9 +216,14 @@ class Ranker:
                     module_files[imp.alias].append(target)
             if imp.alias and imp.name not in (None, "*"):
                 bound[imp.alias].append(imp)
-        enclosing = {id(d) for d in self.symbols.enclosing(self.line)}
+        enclosing = self._enclosing_indices()
+        python = language == "python"
+        own_class = max(
+            (i for i in enclosing if self.symbols.definitions[i].kind in self.spec.containers),
+            default=-1,
+        )
 
-        for word, weight in words.items():
+        for word, weight in bare.items():
             if word in bound:
                 for imp in bound[word]:
                     for target, name in index.resolve_import(rel, language, imp):
@@ -183,40 +234,76 @@ class Ranker:
                 continue
             found = False
             for i, d in enumerate(self.symbols.definitions):
-                if d.name == word and id(d) not in enclosing:
+                # Bare names reach top-level definitions (and, outside Python, own members).
+                if d.name != word or i in enclosing:
+                    continue
+                if d.parent < 0 or (not python and d.parent == own_class):
                     self.add(rel, i, weight * W_SAME_FILE)
                     found = True
             for target in star_files:
                 for hit in self.defs_named(target, word, follow=1):
                     self.add(*hit, weight * W_STAR)
                     found = True
-            if found or word in module_files:
+            if found or word in module_files or word in self.locals:
                 continue
-            elsewhere = [(r, d) for r, d in index.definitions(word) if r != rel]
-            files = sorted({r for r, _ in elsewhere})
-            if 0 < len(files) <= MAX_GLOBAL_FILES:
-                for r in files:
-                    closeness = 1.0 + 0.1 * _shared_depth(r, rel)
-                    for hit in self.defs_named(r, word, follow=0):
-                        self.add(*hit, weight * W_GLOBAL * closeness / len(files))
+            # Python imports every name it uses: a name not imported is a local or a builtin.
+            trust = W_GLOBAL_PYTHON if python else W_GLOBAL
+            self.global_lookup(word, weight * trust, members=False)
+
+        for word, weight in attrs.items():
+            hits = [
+                i
+                for i, d in enumerate(self.symbols.definitions)
+                if d.name == word
+                and d.parent == own_class
+                and own_class >= 0
+                and i not in enclosing
+            ]
+            for i in hits:
+                self.add(rel, i, weight * W_SAME_FILE)
+            if not hits:
+                self.global_lookup(word, weight * W_ATTRIBUTE, members=True)
 
         for (base, attr), weight in pairs.items():
             for target in module_files.get(base, ()):
                 for hit in self.defs_named(target, attr):
                     self.add(*hit, weight * W_IMPORTED)
 
-        # Imported names not used yet are what the next line is likely to call.
-        for imports in bound.values():
+        # Imported names not used yet are what the next line is likely to call; those whose
+        # name speaks of what the code around the cursor talks about most of all.
+        topic = self.topic_words()
+        for alias, imports in bound.items():
+            parts = subwords(alias)
+            related = sum(topic.get(p, 0.0) for p in parts) / max(1, len(parts))
             for imp in imports:
                 for target, name in index.resolve_import(rel, language, imp):
                     if name not in (None, "*"):
                         for hit in self.defs_named(target, name):
-                            self.add(*hit, W_IMPORT_BASELINE)
+                            self.add(*hit, W_IMPORT_BASELINE + W_TOPIC * min(related, 1.0))
 
         self.second_hop()
         self.recent()
         self.similar_windows(import_files)
         return self.collect()
+
+    def global_lookup(self, word: str, weight: float, *, members: bool) -> None:
+        """A name found only in the workspace symbol table: trusted if defined in few files."""
+        elsewhere = [
+            (r, d)
+            for r, d in self.index.definitions(word)
+            if r != self.rel and (d.parent >= 0) == members
+        ]
+        files = sorted({r for r, _ in elsewhere})
+        if not 0 < len(files) <= (MAX_GLOBAL_FILES if not members else 2):
+            return
+        for r in files:
+            closeness = 1.0 + 0.1 * _shared_depth(r, self.rel)
+            outline = self.outline(r)
+            if outline is None:
+                continue
+            for i, d in enumerate(outline.definitions):
+                if d.name == word and (d.parent >= 0) == members:
+                    self.add(r, i, weight * closeness / len(files))
 
     def second_hop(self) -> None:
         """Names the best definitions use (their parameter and return types, helpers they call)
@@ -314,6 +401,24 @@ class Ranker:
         out.extend(self.windows)
         out.sort(key=lambda c: (-c.score, c.path, c.start_line, c.def_index))
         return out[:MAX_CANDIDATES]
+
+
+_SUBWORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+")
+_COMMON = frozenset(
+    {"get", "set", "the", "and", "for", "new", "init", "self", "none", "str", "int"}
+)
+
+
+def subwords(name: str) -> list[str]:
+    """`cookiejar_from_dict` -> [cookiejar, from, dict]; `HTTPAdapter` -> [http, adapter]."""
+    out = []
+    for part in _SUBWORD.findall(name):
+        part = part.lower()
+        if len(part) > 3 and part.endswith("s") and not part.endswith("ss"):
+            part = part[:-1]
+        if len(part) >= 3 and part not in _COMMON:
+            out.append(part)
+    return out
 
 
 def _pairs(text: str) -> list[tuple[str, str]]:

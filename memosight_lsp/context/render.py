@@ -6,8 +6,9 @@ from __future__ import annotations
 from memosight_lsp.workspace import Definition, FileSymbols
 
 MAX_DOC_LINES = 6
-MAX_MEMBERS = 40
+MAX_MEMBERS = 10
 _QUOTES = ('"""', "'''")
+_CONSTRUCTORS = frozenset({"__init__", "constructor", "new"})
 
 
 def join_lines(lines: list[str]) -> str:
@@ -51,16 +52,20 @@ def _header_lines(lines: list[str], d: Definition, python: bool, stub: bool = Tr
     return header
 
 
-def render_signature(lines: list[str], symbols: FileSymbols, index: int) -> str:
+def render_signature(
+    lines: list[str], symbols: FileSymbols, index: int, *, docs: bool = True
+) -> str:
     """Header, docstring (Python) or leading comment (others), and member headers for types."""
     d = symbols.definitions[index]
     python = symbols.language == "python"
     out: list[str] = []
-    doc = _doc_lines(lines, d, python)
+    doc = _doc_lines(lines, d, python) if docs else []
     before_header = d.doc_start >= 0 and d.doc_start < d.start_line
     if before_header:
         out.extend(doc)
-    members = [m for m in symbols.definitions if m.parent == index][:MAX_MEMBERS]
+    members = _members(symbols, index)
+    if not docs:  # the compact level: how to construct it, nothing more
+        members = [m for m in members if m.name in _CONSTRUCTORS]
     # A docstring is a valid body on its own; only a bare header needs the `...` stub.
     bare = not members and not (doc and not before_header and python)
     header = _header_lines(lines, d, python, stub=bare)
@@ -74,6 +79,22 @@ def render_signature(lines: list[str], symbols: FileSymbols, index: int) -> str:
             indent = header[0][: len(header[0]) - len(header[0].lstrip())]
             out.append(indent + "}")
     return join_lines(out)
+
+
+def _members(symbols: FileSymbols, index: int) -> list[Definition]:
+    """Members shown in a type's stub: fields and the constructor first, then public methods,
+    private ones last; at most MAX_MEMBERS, in source order."""
+    members = [m for m in symbols.definitions if m.parent == index]
+    if len(members) <= MAX_MEMBERS:
+        return members
+
+    def rank(m: Definition) -> int:
+        if m.kind == "constant" or m.name in _CONSTRUCTORS:
+            return 0
+        return 2 if m.name.startswith("_") else 1
+
+    keep = sorted(members, key=lambda m: (rank(m), m.start_line))[:MAX_MEMBERS]
+    return sorted(keep, key=lambda m: m.start_line)
 
 
 def render_head(lines: list[str], d: Definition, python: bool) -> str:
