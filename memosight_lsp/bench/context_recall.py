@@ -74,9 +74,9 @@ def find_cases(root: Path) -> list[Case]:
             continue
         trees[rel] = tree
         for node in tree.body:
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                if not node.name.startswith("__"):
-                    defined[node.name].add(rel)
+            is_def = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            if is_def and not node.name.startswith("__"):
+                defined[node.name].add(rel)
     cases: dict[tuple[str, int], Case] = {}
     for rel, tree in trees.items():
         own = {
