@@ -73,10 +73,10 @@ def find_cases(root: Path) -> list[Case]:
         except (SyntaxError, UnicodeDecodeError):
             continue
         trees[rel] = tree
-        for node in tree.body:
-            is_def = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-            if is_def and not node.name.startswith("__"):
-                defined[node.name].add(rel)
+        for top in tree.body:
+            is_def = isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            if is_def and not top.name.startswith("__"):  # type: ignore[attr-defined]
+                defined[top.name].add(rel)  # type: ignore[attr-defined]
     cases: dict[tuple[str, int], Case] = {}
     for rel, tree in trees.items():
         own = {
@@ -91,10 +91,10 @@ def find_cases(root: Path) -> list[Case]:
             if isinstance(n, ast.Import | ast.ImportFrom)
             for alias in n.names
         }
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
+        for call in ast.walk(tree):
+            if not isinstance(call, ast.Call):
                 continue
-            func = node.func
+            func = call.func
             if isinstance(func, ast.Name):
                 name = func.id
             elif (
@@ -108,9 +108,9 @@ def find_cases(root: Path) -> list[Case]:
             targets = tuple(sorted(defined.get(name, set()) - {rel}))
             if not targets or name in own:
                 continue
-            key = (rel, node.lineno - 1)
+            key = (rel, call.lineno - 1)
             if key not in cases:
-                cases[key] = Case(rel, node.lineno - 1, name, targets)
+                cases[key] = Case(rel, call.lineno - 1, name, targets)
     return sorted(cases.values(), key=lambda c: (c.rel, c.line))
 
 

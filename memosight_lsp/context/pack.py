@@ -251,8 +251,8 @@ class _Selector:
         used = self._upgrade(by_score, chosen, 2, len(by_score), budget, used)
         used = self._upgrade(by_score, chosen, 3, MAX_FULL_UPGRADES, budget, used)
         for piece in chosen:
-            c = piece.candidate
-            if piece.kind == "signature" and c is not None and piece.text == self.render(c, 3):
+            source = piece.candidate
+            if piece.kind == "signature" and source and piece.text == self.render(source, 3):
                 piece.kind = "full"
         return chosen, used
 

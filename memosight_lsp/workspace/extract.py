@@ -336,9 +336,9 @@ class _Extractor:
                 name = _text(target.child_by_field_name("name"))
                 add(Import(_text(target.child_by_field_name("scope")), name, name, line))
         else:  # C / C++ includes
-            path = node.child_by_field_name("path")
-            if path is not None and path.type == "string_literal":
-                add(Import(_text(path).strip('"'), "*", None, line))
+            include = node.child_by_field_name("path")
+            if include is not None and include.type == "string_literal":
+                add(Import(_text(include).strip('"'), "*", None, line))
 
 
 def _last_row(node: ts.Node) -> int:
@@ -376,13 +376,13 @@ def _rust_use(node: ts.Node, prefix: str, line: int, add: object) -> None:
         else:
             emit(Import(name, None, name, line))
     elif t == "use_as_clause":
-        path = node.child_by_field_name("path")
+        target = node.child_by_field_name("path")
         alias = _text(node.child_by_field_name("alias"))
-        if path is not None and path.type == "scoped_identifier":
-            module = join(prefix, _text(path.child_by_field_name("path")))
-            emit(Import(module, _text(path.child_by_field_name("name")), alias, line))
-        elif path is not None:
-            emit(Import(prefix or _text(path), _text(path) if prefix else None, alias, line))
+        if target is not None and target.type == "scoped_identifier":
+            module = join(prefix, _text(target.child_by_field_name("path")))
+            emit(Import(module, _text(target.child_by_field_name("name")), alias, line))
+        elif target is not None:
+            emit(Import(prefix or _text(target), _text(target) if prefix else None, alias, line))
     elif t == "scoped_use_list":
         base = join(prefix, _text(node.child_by_field_name("path")))
         items = node.child_by_field_name("list")

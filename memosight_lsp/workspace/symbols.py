@@ -39,7 +39,7 @@ class Definition:
 
     @classmethod
     def from_wire(cls, row: list[Any]) -> Definition:
-        return cls(*row[:10], tuple(row[10]))
+        return cls(*row[:10], tuple(row[10]))  # type: ignore[call-arg]
 
     @property
     def first_line(self) -> int:
