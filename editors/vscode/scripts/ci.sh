@@ -36,7 +36,9 @@ npm ci --no-audit --no-fund || { echo "npm ci failed"; exit 1; }
 
 step "code-server $CODE_SERVER_VERSION"
 CS_DIR="$E2E/code-server"
-if [ "$("$CS_DIR/node_modules/.bin/code-server" --version 2>/dev/null | head -1 | cut -d' ' -f1)" = "$CODE_SERVER_VERSION" ]; then
+# Private config/data folders: code-server writes a config file into XDG_CONFIG_HOME on any start.
+export XDG_CONFIG_HOME="$E2E/xdg-config" XDG_DATA_HOME="$E2E/xdg-data"
+if "$CS_DIR/node_modules/.bin/code-server" --version 2>/dev/null | grep -q "^$CODE_SERVER_VERSION "; then
   echo "already installed"
 else
   rm -rf "$CS_DIR" && mkdir -p "$CS_DIR" "$E2E/tmp"
