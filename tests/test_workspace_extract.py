@@ -182,3 +182,13 @@ def test_broken_code_still_yields_an_outline() -> None:
         "x.py", "def ok(a):\n    return a\n\ndef broken(:\n    pass\nclass K:\n  x = (\n"
     )
     assert "ok" in kinds(symbols)
+
+
+def test_python_imports_inside_functions_are_found() -> None:
+    symbols = outline(
+        "m.py", "import os\n\ndef f():\n    from .lazy import thing\n    return thing\n"
+    )
+    assert [(i.module, i.name, i.line) for i in symbols.imports] == [
+        ("os", None, 0),
+        (".lazy", "thing", 3),
+    ]

@@ -135,15 +135,11 @@ def cut_line(text: str, line: int) -> tuple[str, int]:
     return "\n".join(lines), len(indent)
 
 
-def neighbour_windows(
-    root: Path,
-    case: Case,
-    text: str,
-    column: int,
-    budget: int,
-    count: Callable[[str], int],
-) -> str:
-    """Copilot-style baseline: best Jaccard windows of same-folder files, then the file itself."""
+_file_lines: dict[Path, list[str]] = {}
+
+
+def neighbour_scores(root: Path, case: Case, text: str) -> list[tuple[float, str, str]]:
+    """The best Jaccard window of each same-folder file (as neighbouring tabs), best first."""
     lines = text.split("\n")
     folder = (root / case.rel).parent
     query = set(identifiers("\n".join(lines[max(0, case.line - 20) : case.line])))
@@ -152,11 +148,26 @@ def neighbour_windows(
         rel = path.relative_to(root).as_posix()
         if rel == case.rel:
             continue
-        other = path.read_text(encoding="utf-8", errors="replace").split("\n")
+        if path not in _file_lines:
+            _file_lines[path] = path.read_text(encoding="utf-8", errors="replace").split("\n")
+        other = _file_lines[path]
         for score, window in best_windows(query, f"bench:{rel}", other, top=1):
             chunk = "".join(f"{x}\n" for x in other[window.start : window.end + 1])
             scored.append((score, rel, chunk))
     scored.sort(key=lambda s: (-s[0], s[1]))
+    return scored
+
+
+def neighbour_windows(
+    root: Path,
+    case: Case,
+    text: str,
+    column: int,
+    budget: int,
+    count: Callable[[str], int],
+    scored: list[tuple[float, str, str]],
+) -> str:
+    """Copilot-style baseline: best Jaccard windows of same-folder files, then the file itself."""
     room = budget - budget // 8 - (budget * 3) // 8
     parts = []
     for _score, rel, chunk in scored:
@@ -198,6 +209,7 @@ def run_project(
         text, column = cut_line(original, case.line)
         path = str(root / case.rel)
         index.update_buffer(path, text, language_id="python")  # as the server does on didChange
+        scored = neighbour_scores(root, case, text)
         for budget in budgets:
             started = time.perf_counter()
             packed = build_context(
@@ -224,7 +236,7 @@ def run_project(
                 count_tokens=count,
             )
             hits["currentFile"][budget] += recalled(plain.prefix, case)
-            windows = neighbour_windows(root, case, text, column, budget, count)
+            windows = neighbour_windows(root, case, text, column, budget, count, scored)
             hits["neighbourWindows"][budget] += recalled(windows, case)
         index.close_buffer(path)
     return hits, timings

@@ -34,6 +34,7 @@ W_ATTRIBUTE = 0.25  # `x.name` with x of unknown type: any member called `name`
 W_IMPORT_BASELINE = 0.2  # imported names not used near the cursor: likely to be used next
 W_TOPIC = 0.6  # ... more so when their name shares words with the code at the cursor
 TOPIC_LINES = 12
+W_MODULE_TOPIC = 0.3
 W_RECENT = 0.5
 W_WINDOW = 0.6
 OPEN_BUFFER_BOOST = 1.2
@@ -280,6 +281,18 @@ class Ranker:
                     if name not in (None, "*"):
                         for hit in self.defs_named(target, name):
                             self.add(*hit, W_IMPORT_BASELINE + W_TOPIC * min(related, 1.0))
+
+        # Modules the file uses (`cli.load_dotenv()`): their top-level names on the topic.
+        for alias, files in module_files.items():
+            if alias not in bare:
+                continue
+            for target in files[:4]:
+                outline = self.outline(target)
+                for i, d in enumerate(outline.definitions if outline else ()):
+                    parts = subwords(d.name)
+                    related = sum(topic.get(p, 0.0) for p in parts) / max(1, len(parts))
+                    if d.parent < 0 and related > 0:
+                        self.add(target, i, W_MODULE_TOPIC * min(related, 1.0))
 
         self.second_hop()
         self.recent()

@@ -8,12 +8,13 @@ visiting every node.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
 import tree_sitter as ts
 
-from .languages import LanguageSpec
+from .languages import LanguageSpec, grammar
 from .symbols import Definition, Import
 
 _IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
@@ -426,4 +427,21 @@ def extract(
 ) -> tuple[list[Definition], list[Import]]:
     extractor = _Extractor(spec, source)
     extractor.walk(tree.root_node.children, -1, None, 0)
+    if spec.name == "python":
+        # Python also imports inside functions (lazy imports): find those with a query, which
+        # searches in C instead of walking every body in Python.
+        extractor.imports.clear()
+        captures = ts.QueryCursor(_python_import_query(spec)).captures(tree.root_node)
+        nodes = sorted(captures.get("import", []), key=lambda n: n.start_byte)
+        for node in nodes:
+            extractor._imports(node)
     return extractor.defs, extractor.imports
+
+
+@functools.cache
+def _python_import_query_for(name: str, lang: ts.Language) -> ts.Query:
+    return ts.Query(lang, "[(import_statement) (import_from_statement)] @import")
+
+
+def _python_import_query(spec: LanguageSpec) -> ts.Query:
+    return _python_import_query_for(spec.name, grammar(spec))
