@@ -14,6 +14,7 @@ in the verification pass; the cost curve is measured on the device (CostModel.ca
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -123,6 +124,10 @@ class TokenIndex:
                 continue
             seen.add(p)
             cont = self.tokens[p : p + limit]
+            period = len(self.tokens) - p
+            if cont and len(cont) < limit and len(cont) == period:
+                # The match runs to the end: a repetition, so keep repeating it.
+                cont = [cont[i % period] for i in range(limit)]
             if cont:
                 found.append((n, cont))
         return found
@@ -165,7 +170,7 @@ class CostModel:
         points = self._points
         if q <= points[0][0]:
             return points[0][1]
-        for (q0, c0), (q1, c1) in zip(points, points[1:], strict=False):
+        for (q0, c0), (q1, c1) in itertools.pairwise(points):
             if q <= q1:
                 return c0 + (c1 - c0) * (q - q0) / (q1 - q0)
         (q0, c0), (q1, c1) = points[-2], points[-1]
@@ -202,7 +207,7 @@ class CostModel:
 
 
 class _Node:
-    __slots__ = ("token", "prob", "source", "depth", "kids")
+    __slots__ = ("depth", "kids", "prob", "source", "token")
 
     def __init__(self, token: int, prob: float, source: str, depth: int) -> None:
         self.token = token

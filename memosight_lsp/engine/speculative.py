@@ -1,4 +1,4 @@
-"""Lossless speculative decoding: draft a token tree, verify it in one forward, keep the agreed path.
+"""Lossless speculative decoding: draft a token tree, verify it in one pass, keep the agreed path.
 
     One pass feeds [last committed token] + draft tree nodes, each at position (past + depth) and
     attending to the past and its own ancestors only (a 4D mask). Row i's logits are then exactly

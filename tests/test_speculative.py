@@ -1,0 +1,183 @@
+"""Speculative decoding must be token-for-token identical to the engine's plain greedy decoding."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from test_engine_greedy import hf_greedy
+from tiny_models import STDLIB
+from transformers import AutoModelForCausalLM
+
+from memosight_lsp.engine.drafters import Candidate, CostModel
+from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.loading import load_model
+from memosight_lsp.engine.speculative import SpeculativeDecoder
+
+FILES = ("argparse.py", "json/decoder.py", "dataclasses.py", "functools.py", "textwrap.py")
+# A verification pass of up to 16 tokens costs about one step: drafts are never pruned by cost.
+FLAT_COST = CostModel({1: 1.0, 16: 1.0, 32: 2.0})
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run faster on one thread, and far steadier next to a busy CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def prompts_from_files(tokenizer, count: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        text = (STDLIB / FILES[i % len(FILES)]).read_text()
+        cut = rng.randrange(100, len(text))
+        out.append(tokenizer.encode(text[:cut])[-rng.randrange(4, 500) :])
+    return out
+
+
+class OracleDrafter:
+    """Proposes a wrong branch first and the true continuation second, as a branching tree.
+
+    Exercises the 4D tree mask, position ids by depth and the KV gather of a non-first branch.
+    """
+
+    def __init__(self) -> None:
+        self.truth: list[int] = []
+        self.done = 0
+        self.calls = 0
+
+    def candidates(self, hidden: torch.Tensor, limit: int) -> list[Candidate]:
+        self.calls += 1
+        rest = self.truth[self.done : self.done + min(limit, 6)]
+        if not rest:
+            return []
+        wrong = [(rest[0] + 1) % 50 + 3, *rest[1:]]
+        half = [rest[0], (rest[1] + 7) % 50 + 3] if len(rest) > 1 else []
+        cands = [Candidate(tokens=wrong, probs=[0.9] * len(wrong), source="heads")]
+        if half:
+            cands.append(Candidate(tokens=half, probs=[0.8, 0.8], source="heads"))
+        cands.append(Candidate(tokens=rest, probs=[0.7] * len(rest), source="heads"))
+        return cands
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_lossless_over_real_prompts(tiny_model_dirs, arch):
+    loaded = load_model(tiny_model_dirs[arch], device="cpu")
+    eos = loaded.tokenizer.eos_token_id
+    decoder = SpeculativeDecoder(cost_model=FLAT_COST)
+    accepted = 0
+    for i, prompt in enumerate(prompts_from_files(loaded.tokenizer, 60, seed=len(arch))):
+        rules = StopRules(max_new_tokens=40, stop_token_ids=frozenset({eos}))
+        want = greedy_generate(loaded.model, prompt, rules)
+        got = decoder(loaded.model, prompt, rules, buffer_id=f"buf{i % 3}")
+        assert got.tokens == want.tokens, f"prompt {i}"
+        assert got.stop_reason == want.stop_reason
+        accepted += got.stats["acceptedDraftTokens"]
+    assert accepted > 0  # the drafts were really used, not just plain steps
+
+
+def test_branching_tree_is_verified_exactly(tiny_model_dirs):
+    for arch in ("llama", "gpt2"):
+        loaded = load_model(tiny_model_dirs[arch], device="cpu")
+        oracle = OracleDrafter()
+        decoder = SpeculativeDecoder(
+            heads=oracle, cost_model=FLAT_COST, sources=("heads",), calibrate=False
+        )
+        for prompt in prompts_from_files(loaded.tokenizer, 6, seed=11):
+            rules = StopRules(max_new_tokens=30)
+            want = greedy_generate(loaded.model, prompt, rules)
+            oracle.truth = want.tokens
+            # done = tokens committed before the drafts: track through should_stop.
+            track = StopRules(max_new_tokens=30, should_stop=lambda t, o=oracle: _track(o, t))
+            oracle.done = 0
+            got = decoder(loaded.model, prompt, track)
+            assert got.tokens == want.tokens
+            # Right branch is second: every pass accepts several tokens through a gathered path.
+            assert got.forward_passes < want.forward_passes / 2
+            assert got.stats["acceptedBySource"]["heads"] > 15
+
+
+def _track(oracle: OracleDrafter, tokens) -> bool:
+    oracle.done = len(tokens)
+    return False
+
+
+def test_eager_attention_uses_an_additive_mask(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="eager")
+    model.eval()
+    loaded = load_model(tiny_model_dir, device="cpu")
+    oracle = OracleDrafter()
+    decoder = SpeculativeDecoder(heads=oracle, cost_model=FLAT_COST, sources=("heads",))
+    for prompt in prompts_from_files(loaded.tokenizer, 4, seed=5):
+        want = greedy_generate(model, prompt, StopRules(max_new_tokens=20))
+        oracle.truth, oracle.done = want.tokens, 0
+        got = decoder(
+            model,
+            prompt,
+            StopRules(max_new_tokens=20, should_stop=lambda t, o=oracle: _track(o, t)),
+        )
+        assert got.tokens == want.tokens
+        assert got.forward_passes < want.forward_passes
+
+
+def test_matches_transformers_generate(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu")
+    eos = loaded.tokenizer.eos_token_id
+    decoder = SpeculativeDecoder(cost_model=FLAT_COST)
+    for prompt in prompts_from_files(loaded.tokenizer, 8, seed=2):
+        got = decoder(loaded.model, prompt, StopRules(max_new_tokens=24, stop_token_ids={eos}))
+        assert got.tokens == hf_greedy(loaded.model, prompt, 24, eos)
+
+
+def test_stop_rules_apply_token_by_token(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu")
+    decoder = SpeculativeDecoder(cost_model=FLAT_COST)
+    for prompt in prompts_from_files(loaded.tokenizer, 6, seed=9):
+        free = greedy_generate(loaded.model, prompt, StopRules(max_new_tokens=30))
+        cases = [
+            StopRules(max_new_tokens=7),
+            StopRules(max_new_tokens=30, stop_token_ids=frozenset({free.tokens[5]})),
+            StopRules(max_new_tokens=30, should_stop=lambda t: len(t) >= 11),
+            StopRules(max_new_tokens=30, should_stop=lambda t, s=free.tokens[9]: t[-1] == s),
+        ]
+        for rules in cases:
+            want = greedy_generate(loaded.model, prompt, rules)
+            got = decoder(loaded.model, prompt, rules, buffer_id="a")
+            assert (got.tokens, got.stop_reason) == (want.tokens, want.stop_reason)
+    cancelled = decoder(loaded.model, prompt, StopRules(max_new_tokens=10, cancelled=lambda: True))
+    assert cancelled.stop_reason == "cancelled" and len(cancelled.tokens) == 1
+
+
+def test_allowed_tokens_constrain_like_greedy(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu")
+    decoder = SpeculativeDecoder(cost_model=FLAT_COST)
+    prompt = prompts_from_files(loaded.tokenizer, 1, seed=4)[0]
+    free = greedy_generate(loaded.model, prompt, StopRules(max_new_tokens=12)).tokens
+    # Forbid the model's own first choices: the rest must follow the constrained path.
+    forced = [t for t in range(3, 40) if t != free[0]][:2]
+
+    def allowed(done):
+        return forced[len(done) : len(done) + 1] or None
+
+    want = greedy_generate(
+        loaded.model, prompt, StopRules(max_new_tokens=12), allowed_tokens=allowed
+    )
+    got = decoder(loaded.model, prompt, StopRules(max_new_tokens=12), allowed_tokens=allowed)
+    assert got.tokens == want.tokens and got.tokens[:2] == forced
+
+
+def test_previous_suggestion_is_drafted_again(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu")
+    decoder = SpeculativeDecoder(cost_model=FLAT_COST, sources=("previous",))
+    prompt = prompts_from_files(loaded.tokenizer, 1, seed=8)[0]
+    rules = StopRules(max_new_tokens=24)
+    first = decoder(loaded.model, prompt, rules, buffer_id="doc")
+    again = decoder(loaded.model, prompt, rules, buffer_id="doc")
+    assert again.tokens == first.tokens
+    assert again.stats["acceptedBySource"].get("previous", 0) >= 15
+    assert again.forward_passes <= 5
