@@ -96,8 +96,8 @@ def test_requests_run_before_precomputes_and_control_first(scheduler):
     gate = threading.Event()
     order: list[str] = []
     scheduler.submit("x", lambda c: gate.wait(5))
-    scheduler.submit("p", lambda c: order.append("precompute"), kind="precompute")
     scheduler.submit("r", lambda c: order.append("request"))
+    scheduler.submit("p", lambda c: order.append("precompute"), kind="precompute")
     last = scheduler.submit("m", lambda c: order.append("control"), kind="control")
     gate.set()
     last.future.result(5)
@@ -108,6 +108,14 @@ def test_requests_run_before_precomputes_and_control_first(scheduler):
 def test_a_request_cancels_the_buffers_precompute(scheduler):
     started, log = threading.Event(), []
     pre = scheduler.submit("b", blocking_work(started, log, "pre"), kind="precompute")
+    assert started.wait(5)
+    assert scheduler.submit("b", lambda c: "req").future.result(5) == "req"
+    assert pre.future.result(5) is None and log == ["pre stopped early"]
+
+
+def test_a_request_anywhere_cancels_every_precompute(scheduler):
+    started, log = threading.Event(), []
+    pre = scheduler.submit("a", blocking_work(started, log, "pre"), kind="precompute")
     assert started.wait(5)
     assert scheduler.submit("b", lambda c: "req").future.result(5) == "req"
     assert pre.future.result(5) is None and log == ["pre stopped early"]

@@ -90,8 +90,12 @@ class Bench:
             )
         )
         elapsed = (time.perf_counter() - started) * 1000
-        items = result.items if result is not None else []
-        return (items[0].insert_text if items else None), elapsed
+        if isinstance(result, types.InlineCompletionList):
+            items = list(result.items)
+        else:
+            items = list(result or [])
+        text = items[0].insert_text if items else None
+        return (text if isinstance(text, str) else None), elapsed
 
     def insert(self, uri: str, version: int, line: int, character: int, text: str) -> None:
         at = types.Position(line=line, character=character)

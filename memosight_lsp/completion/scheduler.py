@@ -86,7 +86,10 @@ class Scheduler:
             if joined is not None:
                 return joined
             if kind == "request":
-                self._cancel_locked(buffer_id, ("request", "precompute"))
+                # The user did something else: every speculative precompute is now a guess
+                # about the past, and it must not delay this request.
+                self._cancel_locked(buffer_id, ("request",))
+                self._cancel_precomputes_locked()
             elif kind == "precompute":
                 self._cancel_locked(buffer_id, ("precompute",))
             job = Job(
@@ -122,6 +125,11 @@ class Scheduler:
             if job is not None and job.buffer_id == buffer_id and job.kind in kinds:
                 job.cancel()
         self._cond.notify_all()
+
+    def _cancel_precomputes_locked(self) -> None:
+        for job in [*self._jobs, self.current]:
+            if job is not None and job.kind == "precompute":
+                job.cancel()
 
     def jobs(self, buffer_id: str | None = None) -> list[Job]:
         with self._cond:
@@ -160,13 +168,16 @@ class Scheduler:
                 waits = [j.not_before - now for j in self._jobs]
                 self._cond.wait(timeout=min(waits) if waits else None)
 
+    def _cancel_check(self, job: Job) -> Callable[[], bool]:
+        return lambda: job.cancelled or self._stopping
+
     def _run(self) -> None:
         while (job := self._next_job()) is not None:
             try:
                 if job.cancelled:
                     _resolve(job, None)
                     continue
-                result = job.work(lambda job=job: job.cancelled or self._stopping)
+                result = job.work(self._cancel_check(job))
                 _resolve(job, result)
             except BaseException as err:  # the worker must survive any job
                 log.exception("model job failed")

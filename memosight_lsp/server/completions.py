@@ -66,6 +66,8 @@ class CompletionFlow:
         self._on_model_result = on_model_result
         self._index: dict[str, LineIndex] = {}
         self._precompute_bases: dict[str, LookaheadEntry] = {}
+        # buffer -> key of a state the precompute found nothing for: answered empty at once.
+        self._known_empty: dict[str, tuple] = {}
         self.generation = 0  # bumped on settings changes: cached work from older settings is unused
 
     # -- documents --------------------------------------------------------------------------
@@ -106,11 +108,13 @@ class CompletionFlow:
         self.lookahead.forget(uri)
         self._index.pop(uri, None)
         self._precompute_bases.pop(uri, None)
+        self._known_empty.pop(uri, None)
 
     def settings_changed(self) -> None:
         self.generation += 1
         self.lookahead.clear()
         self._precompute_bases.clear()
+        self._known_empty.clear()
 
     # -- completion -------------------------------------------------------------------------
 
@@ -176,6 +180,8 @@ class CompletionFlow:
         if looks_binary(window):
             return Outcome(reason="the file looks binary (NUL bytes)", position=cursor.position)
         key = (cursor.offset, len(cursor.text), hash(cursor.text), self.generation)
+        if self._known_empty.get(cursor.uri) == key:
+            return Outcome(reason="the model suggested nothing here", position=cursor.position)
         entry_base = (cursor.text[: cursor.offset], cursor.text[cursor.offset :])
         job = self.scheduler.submit(
             cursor.uri,
@@ -213,6 +219,7 @@ class CompletionFlow:
         counter: str,
         *,
         ghost_prefix: str = "",
+        key: tuple | None = None,
     ) -> Completion | None:
         """On the worker: one model completion, remembered for type-through."""
         engine = self.host.engine
@@ -234,6 +241,8 @@ class CompletionFlow:
                     source="precompute" if ghost_prefix else "model",
                 ),
             )
+        elif key is not None and completion.stop_reason != "cancelled":
+            self._known_empty[request.buffer_id or ""] = key
         if counter == "modelCalls":
             self._on_model_result(completion)
         return completion
@@ -259,7 +268,7 @@ class CompletionFlow:
         self.scheduler.submit(
             cursor.uri,
             lambda cancelled: self._run_model(
-                request, (before, after), cancelled, "precomputeCalls", ghost_prefix=shown
+                request, (before, after), cancelled, "precomputeCalls", ghost_prefix=shown, key=key
             ),
             kind="precompute",
             key=key,
