@@ -10,6 +10,7 @@ from typing import Any
 
 from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
 from memosight_lsp.engine.loading import LoadedModel
+from memosight_lsp.engine.speculative import SpeculativeDecoder
 
 from . import postprocess
 from .healing import HealingConstraint, VocabularyText
@@ -70,9 +71,12 @@ Decoder = Callable[..., Generation]
 class CompletionEngine:
     """Completes at a cursor with one loaded model. Not thread-safe: one worker calls it."""
 
-    def __init__(self, loaded: LoadedModel, *, decoder: Decoder | None = None) -> None:
+    def __init__(
+        self, loaded: LoadedModel, *, decoder: Decoder | None = None, speculative: bool = True
+    ) -> None:
         self.loaded = loaded
-        self.decoder = decoder or greedy_generate
+        # Speculative decoding gives the same tokens as greedy, faster; request.plain opts out.
+        self.decoder = decoder or (SpeculativeDecoder() if speculative else greedy_generate)
 
     @cached_property
     def vocabulary(self) -> VocabularyText:
@@ -120,7 +124,11 @@ class CompletionEngine:
         )
         constraint = HealingConstraint(healed, self.vocabulary, tokenizer) if healed else None
         decode = greedy_generate if request.plain else self.decoder
-        generation = decode(self.loaded.model, prompt_ids, rules, allowed_tokens=constraint)
+        # Per-buffer decoders keep the KV cache and last suggestion of each buffer.
+        extra = {"buffer_id": request.buffer_id} if getattr(decode, "per_buffer", False) else {}
+        generation = decode(
+            self.loaded.model, prompt_ids, rules, allowed_tokens=constraint, **extra
+        )
         raw = generated_text(generation.tokens)
         text = (
             ""

@@ -1,0 +1,55 @@
+"""CompletionEngine decodes speculatively by default, with the same text as plain greedy."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from tiny_models import STDLIB
+
+from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.engine.loading import load_model
+from memosight_lsp.engine.speculative import SpeculativeDecoder
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_engine_speculative_equals_plain_and_reuses_the_buffer(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu")
+    engine = CompletionEngine(loaded)
+    assert isinstance(engine.decoder, SpeculativeDecoder)
+    text = (STDLIB / "shlex.py").read_text()
+    lines = text.splitlines()
+    rng = random.Random(1)
+    reused = 0
+    for _ in range(12):
+        line = rng.randrange(20, len(lines) - 1)
+        column = rng.randrange(0, len(lines[line]) + 1)
+        for edit in range(2):  # the same spot, then one character typed there
+            doc = lines[:]
+            doc[line] = doc[line][:column] + "x" * edit + doc[line][column:]
+            request = dict(
+                text="\n".join(doc), line=line, column=column + edit, mid_word="complete"
+            )
+            fast = engine.complete(CompletionRequest(**request, buffer_id="file:///shlex.py"))
+            plain = engine.complete(CompletionRequest(**request, plain=True))
+            assert (fast.raw, fast.text, fast.stop_reason) == (
+                plain.raw,
+                plain.text,
+                plain.stop_reason,
+            )
+            reused += fast.stats.get("reusedPromptTokens", 0)
+    assert reused > 0
+
+
+def test_settings_can_turn_it_off(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu")
+    engine = CompletionEngine(loaded, speculative=False)
+    assert not isinstance(engine.decoder, SpeculativeDecoder)
