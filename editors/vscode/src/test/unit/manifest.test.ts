@@ -86,6 +86,19 @@ describe('package.json settings', () => {
     }
   });
 
+  it('is documented in docs/vscode.md: every setting with its default and scope', (t) => {
+    const docsFile = path.join(REPO_ROOT, 'docs/vscode.md');
+    if (!existsSync(docsFile)) {
+      t.skip('no docs/vscode.md next to this extension');
+      return;
+    }
+    const docs = readFileSync(docsFile, 'utf8');
+    for (const [key, prop] of Object.entries(properties)) {
+      const row = `| \`${key}\` | \`${JSON.stringify(prop.default)}\` | ${prop.scope} |`;
+      assert.ok(docs.includes(row), `docs/vscode.md lacks the row ${row}`);
+    }
+  });
+
   it('declares every command it registers, in the MemoSight category', () => {
     const source = readFileSync(path.join(EXTENSION_ROOT, 'src/extension.ts'), 'utf8');
     const registered = Array.from(source.matchAll(/registerCommand\('([^']+)'/g), (m) => m[1]).sort();
