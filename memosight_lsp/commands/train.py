@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 # what -> module under memosight_lsp.training exposing register_cli(parser) and run_cli(args)
-TRAINERS = {"base": "base_cli"}
+TRAINERS = {"base": "base_cli", "heads": "heads_cli"}
 
 
 def register(sub) -> None:

@@ -31,6 +31,7 @@ from .drafters import (
     ngram_candidates,
 )
 from .greedy import AllowedTokens, Generation, StopRules, pick, stop_reason_for
+from .heads import find_heads
 from .prefix_cache import PrefixCache
 
 PREVIOUS_CONTEXT = 24  # prompt tokens kept before the previous suggestion (to find where it went)
@@ -138,7 +139,7 @@ class SpeculativeDecoder:
         self,
         *,
         prefix_cache: PrefixCache | None = None,
-        heads: Any = None,
+        heads: Any = "auto",
         cost_model: CostModel | None = None,
         max_draft: int = 32,
         max_depth: int = 24,
@@ -146,7 +147,10 @@ class SpeculativeDecoder:
         calibrate: bool = True,
     ) -> None:
         self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
-        self.heads = heads  # an object with candidates(hidden, limit) -> list[Candidate]
+        # "auto": heads saved for the model (heads.find_heads), or an object with
+        # candidates(hidden, limit) -> list[Candidate], or None.
+        self.heads_option = heads
+        self.heads: Any = None if heads == "auto" else heads
         self.cost_model = cost_model
         self.max_draft = max_draft
         self.max_depth = max_depth
@@ -172,6 +176,8 @@ class SpeculativeDecoder:
     def runner(self, model: Any) -> ModelRunner:
         if self._runner is None or self._runner.model is not model:
             self._runner = ModelRunner(model)
+            if self.heads_option == "auto":
+                self.heads = find_heads(model)
             self.prefix_cache.clear()
             self.previous.clear()
             if self.cost_model is None:
