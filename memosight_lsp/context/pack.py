@@ -22,6 +22,7 @@ marker, its own snippets and enclosing heads in line order, and the lines up to 
 from __future__ import annotations
 
 import posixpath
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -200,7 +201,7 @@ class _Selector:
                 self.texts[rel] = self.ranker.lines
             else:
                 text = self.ranker.file_text(rel)
-                self.texts[rel] = text.split("\n") if text is not None else None
+                self.texts[rel] = _split_lines(rel, text) if text is not None else None
         return self.texts[rel]
 
     def render(self, c: Candidate, level: int) -> str | None:
@@ -252,7 +253,12 @@ class _Selector:
         used = self._upgrade(by_score, chosen, 3, MAX_FULL_UPGRADES, budget, used)
         for piece in chosen:
             source = piece.candidate
-            if piece.kind == "signature" and source and piece.text == self.render(source, 3):
+            if (
+                piece.kind == "signature"
+                and source is not None
+                and piece.end_line - piece.start_line < 4  # only short ones can be whole already
+                and piece.text == self.render(source, 3)
+            ):
                 piece.kind = "full"
         return chosen, used
 
@@ -295,6 +301,21 @@ class _Selector:
             if level == 3:
                 piece.kind = "full"
         return used
+
+
+_lines_memo: OrderedDict[tuple[str, int, int], list[str]] = OrderedDict()
+
+
+def _split_lines(rel: str, text: str) -> list[str]:
+    """Lines of another file, memoised (the index hands out the same str while it is unchanged,
+    and a str caches its own hash)."""
+    key = (rel, len(text), hash(text))
+    lines = _lines_memo.get(key)
+    if lines is None:
+        lines = _lines_memo[key] = text.split("\n")
+        if len(_lines_memo) > 128:
+            _lines_memo.popitem(last=False)
+    return lines
 
 
 def _piece(c: Candidate, kind: str, text: str, tokens: int) -> _Piece:
@@ -394,13 +415,12 @@ def build_context(
             recent_edits=recent_edits,
         )
         _ranked(layout, budget, counter, ranker, spec)
-    _fit(layout, budget, counter)
-    prefix = layout.prefix()
+    prefix, tokens = _fit(layout, budget, counter)
     return PackedContext(
         prefix=prefix,
         suffix=layout.suffix_text,
         snippets=layout.snippets(counter),
-        prompt_tokens=counter(prefix) + counter(layout.suffix_text),
+        prompt_tokens=tokens,
     )
 
 
@@ -475,13 +495,15 @@ def _ranked(
     layout.local = heads + local
 
 
-def _fit(layout: _Layout, budget: int, counter: TokenCounter) -> None:
-    """Trim until the exact count of the assembled prompt fits (piece counts only estimate it)."""
-    for _ in range(10_000):
+def _fit(layout: _Layout, budget: int, counter: TokenCounter) -> tuple[str, int]:
+    """Trim until the exact count of the assembled prompt fits (piece counts only estimate it).
+    Returns the prefix and the prompt's token count."""
+    while True:
         prefix = layout.prefix()
-        over = counter(prefix) + counter(layout.suffix_text) - budget
+        total = counter(prefix) + counter(layout.suffix_text)
+        over = total - budget
         if over <= 0:
-            return
+            return prefix, total
         removable = [p for p in layout.cross + layout.local if p.kind != "enclosing"]
         if removable:
             worst = min(removable, key=lambda p: (p.score, p.path, -p.start_line))
@@ -522,4 +544,3 @@ def _fit(layout: _Layout, budget: int, counter: TokenCounter) -> None:
             else:
                 lo = mid + 1
         layout.prefix_text = text[lo:]
-        return

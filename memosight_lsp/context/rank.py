@@ -8,7 +8,7 @@ and open buffers; definitions found only through the global symbol table; Jaccar
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +22,8 @@ QUERY_LINES = 15
 MAX_GLOBAL_FILES = 4  # a name defined in more files than this says too little to follow
 MAX_WINDOW_FILES = 8
 MAX_CANDIDATES = 64
+MAX_GLOBAL_WORDS = 48
+FILE_LINES = 400  # how far the faint whole-file signal reaches (bounds the cost in huge files)
 SECOND_HOP_TOP = 6
 
 # How much each way of finding a definition is trusted.
@@ -86,6 +88,7 @@ class Ranker:
         self.outlines: dict[str, FileSymbols | None] = {rel: symbols}
         self.windows: list[Candidate] = []
         self.locals: set[str] = set()
+        self.by_name: dict[str, dict[str, list[int]]] = {}
 
     # -- file access ---------------------------------------------------------------------------
     def outline(self, rel: str) -> FileSymbols | None:
@@ -96,6 +99,15 @@ class Ranker:
             else:
                 self.outlines[rel] = self.index.symbols(rel)
         return self.outlines[rel]
+
+    def named(self, rel: str) -> dict[str, list[int]]:
+        """name -> indices of a file's definitions (kept across requests per content hash)."""
+        table = self.by_name.get(rel)
+        if table is None:
+            outline = self.outline(rel)
+            table = _name_table(outline) if outline is not None else {}
+            self.by_name[rel] = table
+        return table
 
     def file_text(self, rel: str) -> str | None:
         text = self.open.get(rel)
@@ -125,8 +137,8 @@ class Ranker:
                 for base, attr in _pairs(text):
                     pairs[(base, attr)] += weight
 
-        # Everything in the file, faintly: what the file uses is what it will use again.
-        take("\n".join(lines), 0.03)
+        # The rest of the file, faintly: what the file uses is what it will use again.
+        take("\n".join(lines[max(0, line - FILE_LINES) : line + FILE_LINES]), 0.03)
         enclosing = [d for d in self.symbols.enclosing(line) if d.kind not in self.spec.containers]
         if enclosing:
             inner = enclosing[-1]
@@ -183,7 +195,7 @@ class Ranker:
         outline = self.outline(rel)
         if outline is None:
             return []
-        found = [(rel, i) for i, d in enumerate(outline.definitions) if d.name == name]
+        found = [(rel, i) for i in self.named(rel).get(name, ())]
         top = [(r, i) for r, i in found if outline.definitions[i].parent < 0]
         if top or found:
             return top or found
@@ -224,6 +236,9 @@ class Ranker:
             default=-1,
         )
 
+        # Symbol-table lookups are the costly part: only for the names most tied to the cursor.
+        global_words = set(sorted(bare, key=lambda w: (-bare[w], w))[:MAX_GLOBAL_WORDS])
+        global_attrs = set(sorted(attrs, key=lambda w: (-attrs[w], w))[:MAX_GLOBAL_WORDS])
         for word, weight in bare.items():
             if word in bound:
                 for imp in bound[word]:
@@ -234,9 +249,10 @@ class Ranker:
                             self.add(*hit, weight * W_IMPORTED)
                 continue
             found = False
-            for i, d in enumerate(self.symbols.definitions):
+            for i in self.named(rel).get(word, ()):
                 # Bare names reach top-level definitions (and, outside Python, own members).
-                if d.name != word or i in enclosing:
+                d = self.symbols.definitions[i]
+                if i in enclosing:
                     continue
                 if d.parent < 0 or (not python and d.parent == own_class):
                     self.add(rel, i, weight * W_SAME_FILE)
@@ -245,7 +261,7 @@ class Ranker:
                 for hit in self.defs_named(target, word, follow=1):
                     self.add(*hit, weight * W_STAR)
                     found = True
-            if found or word in module_files or word in self.locals:
+            if found or word in module_files or word in self.locals or word not in global_words:
                 continue
             # Python imports every name it uses: a name not imported is a local or a builtin.
             trust = W_GLOBAL_PYTHON if python else W_GLOBAL
@@ -254,15 +270,14 @@ class Ranker:
         for word, weight in attrs.items():
             hits = [
                 i
-                for i, d in enumerate(self.symbols.definitions)
-                if d.name == word
-                and d.parent == own_class
-                and own_class >= 0
+                for i in self.named(rel).get(word, ())
+                if own_class >= 0
+                and self.symbols.definitions[i].parent == own_class
                 and i not in enclosing
             ]
             for i in hits:
                 self.add(rel, i, weight * W_SAME_FILE)
-            if not hits:
+            if not hits and word in global_attrs:
                 self.global_lookup(word, weight * W_ATTRIBUTE, members=True)
 
         for (base, attr), weight in pairs.items():
@@ -301,22 +316,26 @@ class Ranker:
 
     def global_lookup(self, word: str, weight: float, *, members: bool) -> None:
         """A name found only in the workspace symbol table: trusted if defined in few files."""
-        elsewhere = [
-            (r, d)
-            for r, d in self.index.definitions(word)
-            if r != self.rel and (d.parent >= 0) == members
-        ]
-        files = sorted({r for r, _ in elsewhere})
-        if not 0 < len(files) <= (MAX_GLOBAL_FILES if not members else 2):
+        limit = 2 if members else MAX_GLOBAL_FILES
+        files = [r for r in self.index.files_defining(word) if r != self.rel]
+        if not files or len(files) > 2 * limit:  # common names say too little (and cost much)
             return
+        hits: dict[str, list[int]] = {}
         for r in files:
-            closeness = 1.0 + 0.1 * _shared_depth(r, self.rel)
             outline = self.outline(r)
-            if outline is None:
-                continue
-            for i, d in enumerate(outline.definitions):
-                if d.name == word and (d.parent >= 0) == members:
-                    self.add(r, i, weight * closeness / len(files))
+            found = [
+                i
+                for i in self.named(r).get(word, ())
+                if outline and (outline.definitions[i].parent >= 0) == members
+            ]
+            if found:
+                hits[r] = found
+        if not 0 < len(hits) <= limit:
+            return
+        for r, found in hits.items():
+            closeness = 1.0 + 0.1 * _shared_depth(r, self.rel)
+            for i in found:
+                self.add(r, i, weight * closeness / len(hits))
 
     def second_hop(self) -> None:
         """Names the best definitions use (their parameter and return types, helpers they call)
@@ -432,6 +451,22 @@ def subwords(name: str) -> list[str]:
         if len(part) >= 3 and part not in _COMMON:
             out.append(part)
     return out
+
+
+_name_tables: OrderedDict[tuple[str, str], dict[str, list[int]]] = OrderedDict()
+
+
+def _name_table(outline: FileSymbols) -> dict[str, list[int]]:
+    key = (outline.path, outline.digest)
+    table = _name_tables.get(key)
+    if table is None:
+        table = {}
+        for i, d in enumerate(outline.definitions):
+            table.setdefault(d.name, []).append(i)
+        _name_tables[key] = table
+        if len(_name_tables) > 1024:
+            _name_tables.popitem(last=False)
+    return table
 
 
 def _pairs(text: str) -> list[tuple[str, str]]:

@@ -271,6 +271,11 @@ class WorkspaceIndex:
         """Definitions of a file: its open buffer's if it has one, else the indexed disk version."""
         return self._effective(self.relpath(path))
 
+    def files_defining(self, name: str) -> list[str]:
+        """Files (open buffers included) that define `name`: cheap, no definitions gathered."""
+        with self._lock:
+            return sorted(self._names.get(name, ()))
+
     def definitions(self, name: str) -> list[tuple[str, Definition]]:
         """Every definition called `name`, by file path order."""
         with self._lock:
