@@ -257,6 +257,8 @@ class SpeculativeDecoder:
                 accepted_total += len(new)
                 truth = new + ([choices[node]] if reason is None else [])
                 self.stats.update(candidates, truth, len(truth))
+            elif candidates:  # nothing drafted: still learn how the candidates would have done
+                self.stats.update(candidates, [int(all_logits[0].argmax())], 1)
             hidden, logits = hiddens[node], all_logits[node]
             if reason is not None:
                 result.stop_reason = reason

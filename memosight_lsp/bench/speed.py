@@ -1,0 +1,307 @@
+"""Decoding speed: transformers generate vs plain greedy vs speculative decoding, same prompts.
+
+memosight bench speed [--model PATH] [--files F ...] [--samples N] [--max-new-tokens N]
+                      [--json] [--plot OUT.png]
+
+Cursor positions are sampled (seeded) from held-out code that is not training data (by default,
+Python files of third-party packages installed next to memosight: pygls, lsprotocol, tqdm,
+click, attrs, cattrs, jinja2, packaging, pathspec). Prompts are built by the completion pipeline
+(FIM when the model has it). Each prompt is completed three ways; the JSON has per-sample and
+median tokens/s, speed-ups, whether the outputs are identical, accepted tokens per forward pass,
+which draft source supplied the accepted tokens, time to first token cold vs after a
+one-character edit on a long prompt, and peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
+from memosight_lsp.engine.speculative import SpeculativeDecoder
+
+# Installed third-party packages: evaluation data, never training data (see ENVIRONMENT.md).
+HELD_OUT_PACKAGES = (
+    "pygls",
+    "lsprotocol",
+    "tqdm",
+    "click",
+    "attr",
+    "cattrs",
+    "jinja2",
+    "packaging",
+    "pathspec",
+)
+MIN_FILE_CHARS = 2000
+TTFT_PROMPT_TOKENS = 2000
+
+
+def default_files() -> list[Path]:
+    files: list[Path] = []
+    for name in HELD_OUT_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            for path in sorted(Path(folder).rglob("*.py")):
+                if path.stat().st_size >= MIN_FILE_CHARS and "/tests/" not in path.as_posix():
+                    files.append(path)
+    return files
+
+
+def sample_prompts(
+    engine: CompletionEngine, files: list[Path], count: int, budget: int, seed: int
+) -> list[dict[str, Any]]:
+    """Cursor positions at line starts or after punctuation, so no token healing is involved."""
+    rng = random.Random(seed)
+    texts = {f: f.read_text(encoding="utf-8", errors="replace") for f in files}
+    out = []
+    attempts = 0
+    while len(out) < count and attempts < count * 20:
+        attempts += 1
+        path = rng.choice(files)
+        lines = texts[path].splitlines()
+        if len(lines) < 10:
+            continue
+        line = rng.randrange(5, len(lines))
+        spots = [0] + [i + 1 for i, ch in enumerate(lines[line]) if ch in "(.,=[:"]
+        column = rng.choice(spots)
+        request = CompletionRequest(
+            text=texts[path], line=line, column=column, budget_tokens=budget, mid_word="complete"
+        )
+        prompt = engine.prepare(request)
+        if prompt.healed:
+            continue
+        ids = engine.loaded.tokenizer.encode(prompt.text, add_special_tokens=True)
+        out.append({"file": str(path), "line": line, "column": column, "ids": ids})
+    return out
+
+
+def hf_generate(loaded: LoadedModel, ids: list[int], max_new: int) -> list[int]:
+    eos = sorted(loaded.stop_token_ids) or None
+    with torch.inference_mode():
+        out = loaded.model.generate(
+            torch.tensor([ids], device=loaded.device),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=loaded.device),
+            do_sample=False,
+            max_new_tokens=max_new,
+            eos_token_id=eos,
+            pad_token_id=eos[0] if eos else 0,
+        )
+    new = out[0, len(ids) :].tolist()
+    for i, token in enumerate(new):
+        if token in loaded.stop_token_ids:
+            return new[:i]
+    return new
+
+
+def timed(fn, *args, **kwargs) -> tuple[Any, float]:
+    started = time.perf_counter()
+    value = fn(*args, **kwargs)
+    return value, time.perf_counter() - started
+
+
+def run_samples(
+    loaded: LoadedModel, prompts: list[dict], max_new: int, decoder: SpeculativeDecoder
+) -> list[dict[str, Any]]:
+    rules = StopRules(max_new_tokens=max_new, stop_token_ids=loaded.stop_token_ids)
+    model = loaded.model
+    warm = prompts[0]["ids"]
+    hf_generate(loaded, warm, 4)
+    greedy_generate(model, warm, rules)
+    decoder(model, warm, rules)
+    rows = []
+    for i, sample in enumerate(prompts):
+        ids = sample["ids"]
+        hf, t_hf = timed(hf_generate, loaded, ids, max_new)
+        _, t_hf_first = timed(hf_generate, loaded, ids, 1)  # its prefill + one token
+        plain, t_plain = timed(greedy_generate, model, ids, rules)
+        fast, t_fast = timed(decoder, model, ids, rules)
+        n = len(plain.tokens)
+        rows.append(
+            {
+                "sample": i,
+                "file": sample["file"],
+                "line": sample["line"],
+                "column": sample["column"],
+                "promptTokens": len(ids),
+                "newTokens": n,
+                "hfTokensPerS": len(hf) / t_hf if t_hf else 0.0,
+                "greedyTokensPerS": n / t_plain if t_plain else 0.0,
+                "speculativeTokensPerS": len(fast.tokens) / t_fast if t_fast else 0.0,
+                "hfMs": t_hf * 1000,
+                "greedyMs": t_plain * 1000,
+                "speculativeMs": t_fast * 1000,
+                "speedupVsHf": t_hf / t_fast if t_fast else 0.0,
+                # After the first token: prefill is the same work on every path.
+                "hfDecodeMs": max(t_hf - t_hf_first, 1e-6) * 1000,
+                "speculativeDecodeMs": fast.decode_ms,
+                "decodeSpeedupVsHf": (t_hf - t_hf_first) * 1000 / max(fast.decode_ms, 1e-3),
+                "prefillMs": fast.prefill_ms,
+                "speedupVsGreedy": t_plain / t_fast if t_fast else 0.0,
+                "identical": fast.tokens == plain.tokens,
+                "greedyMatchesHf": hf == plain.tokens,
+                "tokensPerPass": fast.stats.get("tokensPerPass", 0.0),
+                "acceptedBySource": fast.stats.get("acceptedBySource", {}),
+            }
+        )
+        print_progress(i + 1, len(prompts))
+    return rows
+
+
+def print_progress(done: int, total: int) -> None:
+    sys.stderr.write(f"\rsamples {done}/{total}")
+    if done == total:
+        sys.stderr.write("\n")
+
+
+def long_prompt(loaded: LoadedModel, files: list[Path], tokens: int) -> str:
+    """About `tokens` tokens of held-out code, ending mid-file."""
+    text = ""
+    for path in files:
+        text += path.read_text(encoding="utf-8", errors="replace")
+        if len(loaded.tokenizer.encode(text)) > tokens:
+            break
+    ids = loaded.tokenizer.encode(text)[:tokens]
+    return loaded.tokenizer.decode(ids)
+
+
+def time_to_first_token(
+    loaded: LoadedModel, files: list[Path], decoder: SpeculativeDecoder, repeats: int = 5
+) -> dict[str, Any]:
+    """One call with max_new_tokens=1: cold (no cached buffer) vs after typing one character."""
+    text = long_prompt(loaded, files, TTFT_PROMPT_TOKENS)
+    rules = StopRules(max_new_tokens=1, stop_token_ids=loaded.stop_token_ids)
+    model, tok = loaded.model, loaded.tokenizer
+    cold_ms, edit_ms, prefilled = [], [], []
+    for i in range(repeats):
+        decoder.forget("ttft")
+        base = tok.encode(text + "x" * i)
+        _, t_cold = timed(decoder, model, base, rules, buffer_id="ttft")
+        edited = tok.encode(text + "x" * i + "(")
+        out, t_edit = timed(decoder, model, edited, rules, buffer_id="ttft")
+        cold_ms.append(t_cold * 1000)
+        edit_ms.append(t_edit * 1000)
+        prefilled.append(len(edited) - out.stats["reusedPromptTokens"])
+    cold, edit = statistics.median(cold_ms), statistics.median(edit_ms)
+    return {
+        "promptTokens": len(tok.encode(text)),
+        "coldMs": round(cold, 2),
+        "afterEditMs": round(edit, 2),
+        "speedup": round(cold / edit, 2) if edit else None,
+        "tokensPrefilledAfterEdit": statistics.median(prefilled),
+    }
+
+
+def summarize(rows: list[dict], decoder: SpeculativeDecoder) -> dict[str, Any]:
+    def median(key: str) -> float:
+        return round(statistics.median(r[key] for r in rows), 3)
+
+    sources = decoder.totals["sources"]
+    accepted = sum(sources.values())
+    tokens = sum(r["newTokens"] for r in rows)
+    return {
+        "samples": len(rows),
+        "medianHfTokensPerS": median("hfTokensPerS"),
+        "medianGreedyTokensPerS": median("greedyTokensPerS"),
+        "medianSpeculativeTokensPerS": median("speculativeTokensPerS"),
+        "medianSpeedupVsHf": median("speedupVsHf"),
+        "medianSpeedupVsGreedy": median("speedupVsGreedy"),
+        "medianDecodeSpeedupVsHf": median("decodeSpeedupVsHf"),
+        "medianPrefillMs": median("prefillMs"),
+        "medianPromptTokens": median("promptTokens"),
+        "totalSpeedupVsHf": round(
+            sum(r["hfMs"] for r in rows) / sum(r["speculativeMs"] for r in rows), 3
+        ),
+        "identical": sum(r["identical"] for r in rows) / len(rows),
+        "greedyMatchesHf": sum(r["greedyMatchesHf"] for r in rows) / len(rows),
+        "meanTokensPerPass": round(statistics.mean(r["tokensPerPass"] for r in rows), 3),
+        "acceptedDraftTokensBySource": sources,
+        "shareOfOutputBySource": {k: round(v / tokens, 3) for k, v in sources.items()}
+        if tokens
+        else {},
+        "draftedShareOfOutput": round(accepted / tokens, 3) if tokens else 0.0,
+    }
+
+
+def plot(rows: list[dict], summary: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    order = sorted(rows, key=lambda r: r["speedupVsHf"])
+    left.bar(range(len(order)), [r["speedupVsHf"] for r in order], color="tab:blue")
+    left.axhline(1.0, color="grey", lw=1)
+    left.axhline(summary["medianSpeedupVsHf"], color="tab:red", ls="--", label="median")
+    left.set(xlabel="sample (sorted)", ylabel="speed-up vs transformers generate")
+    left.legend()
+    right.scatter([r["tokensPerPass"] for r in rows], [r["speedupVsHf"] for r in rows], s=12)
+    right.set(xlabel="tokens per forward pass", ylabel="speed-up vs transformers generate")
+    fig.suptitle(
+        f"identical outputs {summary['identical']:.0%}, "
+        f"median speed-up {summary['medianSpeedupVsHf']:.2f}x"
+    )
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="memosight bench speed", description=__doc__)
+    parser.add_argument("--model", default=None, help="model folder (default: the embedded one)")
+    parser.add_argument("--files", nargs="+", type=Path, help="held-out source files")
+    parser.add_argument("--samples", type=int, default=40)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--budget-tokens", type=int, default=1024, help="prompt context budget")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--no-heads", action="store_true", help="draft without the heads")
+    parser.add_argument("--json", action="store_true", help="print the full JSON to stdout")
+    parser.add_argument("--plot", type=Path, help="write a PNG of speed-up and acceptance")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        loaded = load_model(args.model, device="cpu", dtype="float32")
+    except ModelLoadError as err:
+        sys.stderr.write(f"error: {err}\n")
+        return 2
+    files = args.files or default_files()
+    missing = [str(f) for f in files if not Path(f).is_file()]
+    if missing or not files:
+        sys.stderr.write(f"error: no such file: {missing[0] if missing else '(none found)'}\n")
+        return 2
+    engine = CompletionEngine(loaded, speculative=False)
+    prompts = sample_prompts(engine, list(files), args.samples, args.budget_tokens, args.seed)
+    if not prompts:
+        sys.stderr.write("error: could not sample any cursor position from the files\n")
+        return 2
+    decoder = SpeculativeDecoder(heads=None if args.no_heads else "auto")
+    rows = run_samples(loaded, prompts, args.max_new_tokens, decoder)
+    summary = summarize(rows, decoder)
+    summary["timeToFirstToken"] = time_to_first_token(loaded, list(files), decoder)
+    summary["peakRssMiB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    summary["decoder"] = decoder.describe()
+    summary["model"] = loaded.describe()
+    summary["threads"] = torch.get_num_threads()
+    summary["maxNewTokens"] = args.max_new_tokens
+    report = {"summary": summary, "samples": rows}
+    if args.plot:
+        plot(rows, summary, args.plot)
+    sys.stdout.write(json.dumps(report if args.json else summary, indent=2) + "\n")
+    return 0
