@@ -1,0 +1,28 @@
+"""`memosight bench speed` runs end to end on a tiny model and reports identical outputs."""
+
+from __future__ import annotations
+
+import json
+
+from memosight_lsp.bench import speed
+
+
+def test_bench_speed_json_and_plot(tiny_model_dir, tmp_path, capsys):
+    files = [str(path) for path in speed.default_files()[:4]]
+    assert files and not any("/lib/python3" in f and "site-packages" not in f for f in files)
+    plot = tmp_path / "speed.png"
+    argv = ["--model", str(tiny_model_dir), "--files", *files, "--samples", "3"]
+    code = speed.main([*argv, "--max-new-tokens", "12", "--json", "--plot", str(plot)])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    summary = report["summary"]
+    assert summary["samples"] == len(report["samples"]) == 3
+    assert summary["identical"] == 1.0
+    assert summary["timeToFirstToken"]["tokensPrefilledAfterEdit"] <= 3
+    assert summary["peakRssMiB"] > 0
+    assert plot.stat().st_size > 1000
+
+
+def test_bench_speed_rejects_missing_files(tiny_model_dir, capsys):
+    assert speed.main(["--model", str(tiny_model_dir), "--files", "/nonexistent.py"]) == 2
+    assert "no such file" in capsys.readouterr().err
