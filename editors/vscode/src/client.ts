@@ -52,9 +52,20 @@ export function createClient(server: ServerCommand, output: vscode.LogOutputChan
           );
         },
         didChangeConfiguration: async () => {
-          await client?.sendNotification(DidChangeConfigurationNotification.type, {
-            settings: { [SECTION]: serverSettings() },
-          });
+          // The change may also restart the server (serverPath, pythonPath): a client stopped
+          // meanwhile has nobody to tell, which is no error.
+          if (!client?.isRunning()) {
+            return;
+          }
+          try {
+            await client.sendNotification(DidChangeConfigurationNotification.type, {
+              settings: { [SECTION]: serverSettings() },
+            });
+          } catch (err) {
+            if (client.isRunning()) {
+              throw err;
+            }
+          }
         },
       },
     },

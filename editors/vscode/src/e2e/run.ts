@@ -165,6 +165,18 @@ async function watchGhostText(page: Page, stop: { done: boolean }): Promise<stri
   return undefined;
 }
 
+/** The MemoSight output channel (how the server was found, its stderr) into the artifacts. */
+function copyExtensionLog(): void {
+  const logs = path.join(RUN, 'user-data/logs');
+  if (!existsSync(logs)) {
+    return;
+  }
+  const found = (readdirSync(logs, { recursive: true }) as string[]).find((f) => f.endsWith('MemoSight.log'));
+  if (found) {
+    cpSync(path.join(logs, found), path.join(ARTIFACTS, 'extension.log'));
+  }
+}
+
 /** The status bar item's text once it shows a latency (else the last text seen). */
 async function watchStatusBar(page: Page, stop: { done: boolean }): Promise<string> {
   let text = '';
@@ -228,6 +240,7 @@ async function main(): Promise<number> {
     const ghostText = await ghost;
     await page.screenshot({ path: path.join(ARTIFACTS, 'final.png') }).catch(() => undefined);
     writeFileSync(path.join(ARTIFACTS, 'browser-console.log'), consoleLines.join('\n'));
+    copyExtensionLog();
     for (const line of consoleLines.filter((l) => /memosight-e2e|✔|\d+\) /.test(l))) {
       console.log(`  | ${line.replace('%s (%dms) ', '').replace(/ (\d+)$/, ' ($1 ms)')}`);
     }

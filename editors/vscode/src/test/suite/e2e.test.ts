@@ -200,6 +200,20 @@ describe('MemoSight in VS Code', function () {
     assert.ok((await serverSuggestion()).length > 0);
   });
 
+  it('says "not found" for a bad memosight.pythonPath, and restarts by itself when it is fixed', async function () {
+    if (process.env.PATH?.split(path.delimiter).some((dir) => existsSync(path.join(dir, 'memosight-lsp')))) {
+      this.skip(); // memosight-lsp on PATH would be found as the third choice.
+    }
+    const config = vscode.workspace.getConfiguration('memosight');
+    const python = config.inspect<string>('pythonPath')?.workspaceValue;
+    await config.update('pythonPath', '/nonexistent/bin/python', vscode.ConfigurationTarget.Workspace);
+    await waitForState('notFound', 30_000);
+    assert.match(api.status.message, /\/nonexistent\/bin\/python -m pip install memosight-lsp/);
+    assert.equal(api.controller.languageClient, undefined);
+    await config.update('pythonPath', python, vscode.ConfigurationTarget.Workspace);
+    await waitForState('ready');
+  });
+
   it('restarts the server (memosight.restart) and serves again', async () => {
     await vscode.commands.executeCommand('memosight.restart');
     await waitForState('ready');
