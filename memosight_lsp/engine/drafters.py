@@ -55,6 +55,7 @@ class DraftTree:
     sources: list[str] = field(default_factory=list)
     children: list[dict[int, int]] = field(default_factory=lambda: [{}])  # per input index
     chain: bool = True  # node i+1's parent is node i for every node: plain causal mask works
+    main: int = 0  # nodes 1..main are the likeliest branch, contiguous from the root
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -264,5 +265,7 @@ def build_tree(
         tree.children[parent][node.token] = index
         if parent != index - 1:
             tree.chain = False
+        elif tree.main == index - 1:
+            tree.main = index
         stack.extend((kid, index) for kid in sorted(node.kids.values(), key=lambda n: n.prob))
     return tree

@@ -61,10 +61,8 @@ class ModelRunner:
         return last[0], self.lm_head(last)[0].float()
 
     @torch.inference_mode()
-    def verify(
-        self, root: int, tree: DraftTree, cache: DynamicCache, past: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hidden states [1+n, H] and logits [1+n, V] for the root token and every tree node."""
+    def verify(self, root: int, tree: DraftTree, cache: DynamicCache, past: int) -> torch.Tensor:
+        """Hidden states [1+n, H] for the root token and every tree node."""
         input_ids = torch.tensor([[root, *tree.tokens]], device=self.device)  # [1, 1+n]
         if tree.chain:  # a chain is plain causal attention: let the model build its own mask
             out = self.trunk(input_ids=input_ids, cache=cache, use_cache=True)
@@ -78,8 +76,13 @@ class ModelRunner:
                 cache=cache,
                 use_cache=True,
             )
-        hidden = out.last_hidden_state[0]  # [1+n, H]
-        return hidden, self.lm_head(hidden).float()
+        return out.last_hidden_state[0]  # [1+n, H]
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[R, H] -> [R, V]. The LM head is a third of a small model's FLOPs: callers project
+        only the rows the walk can reach."""
+        return self.lm_head(hidden).float()
 
     def tree_mask(self, tree: DraftTree, past: int, n: int) -> torch.Tensor:
         """[1, 1, n, past + n]: every node sees the past, its ancestors and itself."""
@@ -120,10 +123,33 @@ class ModelRunner:
 
         def run(q: int) -> None:
             tree = DraftTree(tokens=ids[context + 1 : context + q], depths=list(range(1, q)))
-            self.verify(ids[context], tree, cache, context)
+            self.logits(self.verify(ids[context], tree, cache, context))
             cache.crop(-q)
 
         return CostModel.calibrate(run, repeats=5)
+
+
+class PassLogits:
+    """Logits of one verification pass: the root and the likeliest branch in one product, other
+    nodes only when the walk reaches them."""
+
+    def __init__(self, runner: ModelRunner, hiddens: torch.Tensor, main: int) -> None:
+        self.runner = runner
+        self.hiddens = hiddens
+        self.main = main
+        self.block = runner.logits(hiddens[: main + 1])  # [main+1, V]
+        self.choices = self.block.argmax(-1).tolist()
+        self.extra: dict[int, torch.Tensor] = {}
+
+    def at(self, i: int) -> torch.Tensor:
+        if i <= self.main:
+            return self.block[i]
+        if i not in self.extra:
+            self.extra[i] = self.runner.logits(self.hiddens[i : i + 1])[0]
+        return self.extra[i]
+
+    def choice(self, i: int) -> int:
+        return self.choices[i] if i <= self.main else int(self.at(i).argmax())
 
 
 class SpeculativeDecoder:
@@ -224,23 +250,20 @@ class SpeculativeDecoder:
             candidates = self._candidates(committed, context, previous, hidden, room)
             tree = build_tree(candidates, self.cost_model, self.max_draft, room)
             past = len(committed) - 1
-            hiddens, all_logits = runner.verify(token, tree, cache, past)
+            hiddens = runner.verify(token, tree, cache, past)
             result.forward_passes += 1
             drafted += len(tree)
+            scores = PassLogits(runner, hiddens, tree.main)
             # Walk down while the model's own choice is a drafted child.
             node = 0
             path = [0]
             if len(tree):
-                choices = all_logits.argmax(-1).tolist()
                 while reason is None:
                     kids = tree.children[node]
                     if not kids:
                         break
-                    if allowed_tokens is not None:
-                        allowed = allowed_tokens(result.tokens)
-                        choice = pick(all_logits[node], allowed) if allowed else choices[node]
-                    else:
-                        choice = choices[node]
+                    allowed = allowed_tokens(result.tokens) if allowed_tokens else None
+                    choice = pick(scores.at(node), allowed) if allowed else scores.choice(node)
                     kid = kids.get(choice)
                     if kid is None:
                         break
@@ -255,11 +278,11 @@ class SpeculativeDecoder:
                 if context is not None:
                     context.extend(new)
                 accepted_total += len(new)
-                truth = new + ([choices[node]] if reason is None else [])
+                truth = new + ([scores.choice(node)] if reason is None else [])
                 self.stats.update(candidates, truth, len(truth))
             elif candidates:  # nothing drafted: still learn how the candidates would have done
-                self.stats.update(candidates, [int(all_logits[0].argmax())], 1)
-            hidden, logits = hiddens[node], all_logits[node]
+                self.stats.update(candidates, [scores.choice(0)], 1)
+            hidden, logits = hiddens[node], scores.at(node)
             if reason is not None:
                 result.stop_reason = reason
                 break
