@@ -137,14 +137,16 @@ async function startCodeServer(port: number, workspace: string): Promise<ChildPr
 }
 
 // Run in the page (strings, since this file is compiled without the DOM library). VS Code draws
-// the first line of a suggestion as inline decorations and further lines as extra view lines.
+// the first line of a suggestion as inline decorations, further lines as view lines in a view zone.
 const GHOST_TEXT_JS = `(() => {
   const inline = Array.from(document.querySelectorAll('.monaco-editor .view-line .ghost-text-decoration'))
     .map((n) => n.textContent || '').join('');
-  const extra = Array.from(document.querySelectorAll('.monaco-editor .ghost-text .view-line'))
+  const extra = Array.from(document.querySelectorAll('.monaco-editor .view-zones .suggest-preview-text .view-line'))
     .map((n) => n.textContent || '');
-  return inline || extra.length ? [inline, ...extra].join('\\n') : '';
+  return (inline || extra.length ? [inline, ...extra].join('\\n') : '').replace(/\\u00a0/g, ' ');
 })()`;
+const GHOST_DOM_JS = `Array.from(document.querySelectorAll('.monaco-editor .view-zones, .monaco-editor .view-line'))
+  .filter((n) => n.querySelector('.ghost-text, .ghost-text-decoration')).map((n) => n.outerHTML).join('\\n\\n')`;
 const STATUS_BAR_JS = `Array.from(document.querySelectorAll('.statusbar-item'))
   .map((n) => n.textContent || '').filter((t) => t.includes('MemoSight')).join(' | ')`;
 
@@ -157,6 +159,7 @@ async function watchGhostText(page: Page, stop: { done: boolean }): Promise<stri
     if (text.trim()) {
       await page.screenshot({ path: path.join(ARTIFACTS, 'ghost-text.png') });
       const statusBar = await page.evaluate<string>(STATUS_BAR_JS).catch(() => '');
+      writeFileSync(path.join(ARTIFACTS, 'ghost-text.html'), await page.evaluate<string>(GHOST_DOM_JS).catch(() => ''));
       writeFileSync(path.join(RUN, 'ghost-seen.json'), JSON.stringify({ text, statusBar }));
       return text;
     }
