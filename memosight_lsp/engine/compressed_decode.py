@@ -1,0 +1,244 @@
+"""Decoding on a SnapKV-compressed cache, lossy or as a lossless drafter.
+
+- `snapkv_generate` ("lossy-snapkv"): prefill the whole prompt, compress the cache, decode
+  greedily on the compressed cache. Less memory and cheaper attention per token; the output may
+  differ from plain greedy.
+- `CompressedDraftDecoder` ("lossless-draft"): the compressed cache only drafts. The model drafts
+  k tokens greedily on the compressed cache, then one pass over the full cache verifies them;
+  the longest agreeing prefix plus the full model's own next token are committed. Every
+  committed token is the full-cache argmax, so the output equals greedy_generate.
+
+Both honour StopRules and allowed_tokens token by token exactly like greedy_generate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from .greedy import AllowedTokens, Generation, StopRules, pick, stop_reason_for
+from .kv_compress import CompressedKV, QueryCapture, SnapKVConfig, compress, unsupported_reason
+from .prefix_cache import PrefixCache, cache_bytes
+
+
+@torch.inference_mode()
+def feed(
+    model: Any, ids: Sequence[int], cache: DynamicCache, position: int, *, uniform: bool = True
+) -> torch.Tensor:
+    """Run `ids` at rotary positions position.. on top of `cache`; logits [S, V]."""
+    device = next(model.parameters()).device
+    if not uniform and len(ids) > 1:  # one causal mask serves all layers: go one token at a time
+        rows = [feed(model, [t], cache, position + i) for i, t in enumerate(ids)]
+        return torch.cat(rows)
+    input_ids = torch.tensor([list(ids)], device=device)  # [1, S]
+    positions = torch.arange(position, position + len(ids), device=device)[None]  # [1, S]
+    out = model(input_ids=input_ids, position_ids=positions, cache=cache, use_cache=True)
+    return out.logits[0].float()  # [S, V]
+
+
+@torch.inference_mode()
+def prefill_and_compress(
+    model: Any,
+    prompt_ids: Sequence[int],
+    config: SnapKVConfig,
+    *,
+    cache: DynamicCache | None = None,
+    reused: int = 0,
+) -> tuple[torch.Tensor, DynamicCache, CompressedKV]:
+    """Last-position logits [V], the full cache and a compressed copy of it."""
+    cache = cache if cache is not None else DynamicCache(config=model.config)
+    with QueryCapture(model, config.window) as capture:
+        logits = feed(model, prompt_ids[reused:], cache, reused)[-1]
+    return logits, cache, compress(model, cache, capture, len(prompt_ids), config)
+
+
+def snapkv_generate(
+    model: Any,
+    prompt_ids: Sequence[int],
+    rules: StopRules,
+    *,
+    config: SnapKVConfig | None = None,
+    allowed_tokens: AllowedTokens | None = None,
+) -> Generation:
+    """Greedy decoding on a SnapKV-compressed cache (lossy). Unsupported models run uncompressed."""
+    config = config or SnapKVConfig()
+    result = Generation(tokens=[], prompt_tokens=len(prompt_ids))
+    if rules.max_new_tokens <= 0 or not prompt_ids:
+        return result
+    started = time.perf_counter()
+    reason_unsupported = unsupported_reason(model)
+    if reason_unsupported is None:
+        logits, full, compressed = prefill_and_compress(model, prompt_ids, config)
+        full_bytes = cache_bytes(full)
+        del full
+        cache, position, uniform = compressed.cache, compressed.next_position, compressed.uniform
+    else:
+        cache = DynamicCache(config=model.config)
+        logits = feed(model, prompt_ids, cache, 0)[-1]
+        full_bytes = cache_bytes(cache)
+        position, uniform = len(prompt_ids), True
+    result.forward_passes = 1
+    prefilled = time.perf_counter()
+    result.prefill_ms = (prefilled - started) * 1000
+    result.stats = {
+        "kvCompression": "lossy-snapkv" if reason_unsupported is None else "off",
+        "unsupported": reason_unsupported,
+        "fullKvBytes": full_bytes,
+        "kvBytes": cache_bytes(cache),
+        "keptPositions": int(cache.layers[0].keys.shape[-2]),
+    }
+    while True:
+        allowed = allowed_tokens(result.tokens) if allowed_tokens else None
+        token = pick(logits, allowed)
+        reason = stop_reason_for(token, result.tokens, rules)
+        if reason is None and rules.cancelled is not None and rules.cancelled():
+            reason = "cancelled"
+        if reason is not None:
+            result.stop_reason = reason
+            break
+        logits = feed(model, [token], cache, position, uniform=uniform)[-1]
+        position += 1
+        result.forward_passes += 1
+    result.decode_ms = (time.perf_counter() - prefilled) * 1000
+    return result
+
+
+class CompressedDraftDecoder:
+    """Lossless: drafts on a compressed cache, verifies on the full one (see the module doc).
+
+    Called like greedy_generate; with a buffer_id the full cache is kept in the PrefixCache
+    between requests (the compressed draft cache is rebuilt per request from it).
+    """
+
+    per_buffer = True
+
+    def __init__(
+        self,
+        *,
+        config: SnapKVConfig | None = None,
+        draft_tokens: int = 6,
+        prefix_cache: PrefixCache | None = None,
+    ) -> None:
+        self.config = config or SnapKVConfig()
+        self.draft_tokens = draft_tokens
+        self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
+
+    def forget(self, buffer_id: str) -> None:
+        self.prefix_cache.forget(buffer_id)
+
+    def __call__(
+        self,
+        model: Any,
+        prompt_ids: Sequence[int],
+        rules: StopRules,
+        *,
+        allowed_tokens: AllowedTokens | None = None,
+        buffer_id: str | None = None,
+    ) -> Generation:
+        result = Generation(tokens=[], prompt_tokens=len(prompt_ids))
+        if rules.max_new_tokens <= 0 or not prompt_ids:
+            return result
+        started = time.perf_counter()
+        full, reused = self.prefix_cache.take(buffer_id, model, prompt_ids)
+        unsupported = unsupported_reason(model)
+        draft: CompressedKV | None = None
+        if unsupported is None:
+            logits, full, draft = prefill_and_compress(
+                model, prompt_ids, self.config, cache=full, reused=reused
+            )
+        else:
+            logits = feed(model, prompt_ids[reused:], full, reused)[-1]
+        result.forward_passes = 1
+        prefilled = time.perf_counter()
+        result.prefill_ms = (prefilled - started) * 1000
+        committed = list(prompt_ids)  # ids whose keys/values are in the full cache
+        draft_fed = len(prompt_ids)  # committed ids the draft cache holds
+        drafted = accepted = 0
+        while True:
+            allowed = allowed_tokens(result.tokens) if allowed_tokens else None
+            token = pick(logits, allowed)
+            reason = stop_reason_for(token, result.tokens, rules)
+            if reason is None and rules.cancelled is not None and rules.cancelled():
+                reason = "cancelled"
+            if reason is not None:
+                result.stop_reason = reason
+                break
+            committed.append(token)
+            room = min(rules.max_new_tokens - len(result.tokens), self.draft_tokens)
+            proposal: list[int] = []
+            if draft is not None and room > 0:
+                proposal, draft_fed = self._draft(
+                    model, draft, committed, draft_fed, result.tokens, room, allowed_tokens
+                )
+            # Verify [token, proposal...] on the full cache: row j predicts the token after j.
+            rows = feed(model, [token, *proposal], full, len(committed) - 1)  # [1+k, V]
+            result.forward_passes += 1
+            drafted += len(proposal)
+            j = 0
+            while reason is None and j < len(proposal):
+                allowed = allowed_tokens(result.tokens) if allowed_tokens else None
+                choice = pick(rows[j], allowed)
+                if choice != proposal[j]:
+                    break
+                reason = stop_reason_for(choice, result.tokens, rules)
+                committed.append(choice)
+                j += 1
+            accepted += j
+            if len(proposal) > j:
+                full.crop(j - len(proposal))
+            logits = rows[j]
+            if draft is not None and draft_fed > len(committed):  # drop its rejected guesses
+                draft.cache.crop(len(committed) - draft_fed)
+                draft_fed = len(committed)
+            if reason is not None:
+                result.stop_reason = reason
+                break
+        result.decode_ms = (time.perf_counter() - prefilled) * 1000
+        if buffer_id is not None:
+            self.prefix_cache.put(buffer_id, model, committed[: _cache_length(full)], full)
+        result.stats = {
+            "kvCompression": "lossless-draft" if draft is not None else "off",
+            "unsupported": unsupported,
+            "reusedPromptTokens": reused,
+            "draftedTokens": drafted,
+            "acceptedDraftTokens": accepted,
+            "draftKvBytes": cache_bytes(draft.cache) if draft is not None else 0,
+            "fullKvBytes": cache_bytes(full),
+        }
+        return result
+
+    @torch.inference_mode()
+    def _draft(
+        self,
+        model: Any,
+        draft: CompressedKV,
+        committed: list[int],
+        draft_fed: int,
+        generated: list[int],
+        room: int,
+        allowed_tokens: AllowedTokens | None,
+    ) -> tuple[list[int], int]:
+        """Up to `room` greedy tokens from the compressed cache; returns them and ids it holds."""
+        missing = committed[draft_fed:]  # the draft cache lags by the last committed ids
+        logits = feed(model, missing, draft.cache, draft_fed, uniform=draft.uniform)[-1]
+        draft_fed = len(committed)
+        proposal: list[int] = []
+        hypothetical = list(generated)
+        while True:
+            allowed = allowed_tokens(hypothetical) if allowed_tokens else None
+            guess = pick(logits, allowed or None)
+            proposal.append(guess)
+            hypothetical.append(guess)
+            if len(proposal) >= room:
+                break
+            logits = feed(model, [guess], draft.cache, draft_fed + len(proposal) - 1)[-1]
+        # The cache now holds every guess but the last one.
+        return proposal, draft_fed + len(proposal) - 1
+
+
+def _cache_length(cache: DynamicCache) -> int:
+    return int(cache.get_seq_length())

@@ -1,0 +1,232 @@
+"""SnapKV-style KV cache compression: keep the cached positions the end of the prompt attends to.
+
+After the prompt is prefilled, the queries of an observation window (the last `window` prompt
+tokens) are scored against every cached key, per layer and per KV head:
+
+    score[l, h, j] = sum over window queries i and the query heads of group h of softmax_j(q_i k_j)
+
+The scores are smoothed with a 1-D pool (a kept token drags its neighbours along, which keeps
+identifiers whole), and each layer keeps, per head, its attention sinks (the first tokens), the
+top-scoring middle positions and the recent window, in their original order. Kept keys keep the
+rotary positions they were computed at, so new tokens must be fed at their true positions
+(`CompressedKV.next_position`), not at the cache length.
+
+The window queries are not returned by the attention kernels (sdpa never materialises weights),
+so they are captured from each layer's q_proj during the normal prefill (a forward hook) and
+rotated here with the model's own rotary embedding. That is exact for Llama-shaped attention
+(Llama, Qwen2, Mistral); other architectures report "not supported" and run uncompressed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+# Architectures whose attention is q_proj -> rotary -> softmax(q k^T * scaling), no q_norm.
+SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapKVConfig:
+    ratio: float = 4.0  # prompt positions per kept position (1 = keep everything)
+    window: int = 32  # observation window: the last prompt tokens whose attention scores
+    sinks: int = 4  # first tokens always kept (attention sinks)
+    recent: int = 32  # last prompt tokens always kept (includes the window)
+    pool_kernel: int = 7  # smoothing of the scores along the sequence (odd)
+    min_keep: int = 64  # never keep fewer positions than this
+    # Per-layer budgets in positions; overrides `ratio`. Unequal budgets are allowed (decoding on
+    # such a cache feeds one token per pass, since one causal mask serves all layers).
+    layer_budgets: tuple[int, ...] | None = None
+
+    def budget(self, length: int, layer: int) -> int:
+        if self.layer_budgets is not None:
+            wanted = self.layer_budgets[min(layer, len(self.layer_budgets) - 1)]
+        else:
+            wanted = round(length / max(self.ratio, 1.0))
+        wanted = max(wanted, self.min_keep, self.sinks + self.recent)
+        return min(length, wanted)
+
+
+@dataclass(kw_only=True)
+class CompressedKV:
+    """A compressed cache plus what is needed to keep decoding on it."""
+
+    cache: DynamicCache
+    next_position: int  # rotary position of the next token fed (= prompt tokens consumed)
+    kept: list[torch.Tensor] = field(default_factory=list)  # per layer [Hkv, k] kept positions
+    original_length: int = 0
+
+    @property
+    def uniform(self) -> bool:
+        """All layers hold the same number of entries (multi-token passes are safe)."""
+        lengths = {layer.keys.shape[-2] for layer in self.cache.layers}
+        return len(lengths) <= 1
+
+    def entries(self) -> int:
+        return int(self.cache.layers[0].keys.shape[-2])
+
+
+def unsupported_reason(model: Any) -> str | None:
+    """Why SnapKV cannot run on this model, or None when it can."""
+    config = model.config
+    model_type = getattr(config, "model_type", "?")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        return (
+            f"KV compression supports {', '.join(sorted(SUPPORTED_MODEL_TYPES))}, not {model_type}"
+        )
+    if model_type == "mistral" and getattr(config, "sliding_window", None):
+        return "KV compression does not support sliding-window attention"
+    base = getattr(model, "model", None)
+    layers = getattr(base, "layers", None)
+    if base is None or layers is None or not hasattr(base, "rotary_emb"):
+        return f"{type(model).__name__} has no Llama-style decoder layers"
+    for layer in layers:
+        attn = getattr(layer, "self_attn", None)
+        if attn is None or not hasattr(attn, "q_proj") or hasattr(attn, "q_norm"):
+            return f"{type(model).__name__} attention is not Llama-shaped"
+    return None
+
+
+class QueryCapture:
+    """Keeps the last `window` rows of every layer's q_proj output during a forward pass."""
+
+    def __init__(self, model: Any, window: int) -> None:
+        self.model = model
+        self.window = window
+        self.rows: dict[int, torch.Tensor] = {}  # layer -> [w, Hq*D] (pre-rotary)
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> QueryCapture:
+        for index, layer in enumerate(self.model.model.layers):
+            self._handles.append(layer.self_attn.q_proj.register_forward_hook(self._hook(index)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _hook(self, index: int):
+        def hook(_module, _inputs, output: torch.Tensor) -> None:
+            rows = output[0, -self.window :].detach()  # [w', Hq*D]
+            previous = self.rows.get(index)
+            # A prompt fed in several passes: keep the last `window` rows over all of them.
+            if previous is not None and rows.shape[0] < self.window:
+                rows = torch.cat([previous, rows])[-self.window :]
+            self.rows[index] = rows
+
+        return hook
+
+
+@torch.inference_mode()
+def window_queries(model: Any, capture: QueryCapture, end_position: int) -> list[torch.Tensor]:
+    """Rotated queries [Hq, w, D] per layer, for the captured rows ending at `end_position`."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    out: list[torch.Tensor] = []
+    for index, layer in enumerate(model.model.layers):
+        rows = capture.rows[index]  # [w, Hq*D]
+        attn = layer.self_attn
+        w = rows.shape[0]
+        q = rows.view(1, w, -1, attn.head_dim).transpose(1, 2)  # [1, Hq, w, D]
+        positions = torch.arange(end_position - w, end_position, device=rows.device)[None]
+        cos, sin = model.model.rotary_emb(rows[None], position_ids=positions)  # [1, w, D]
+        q, _ = apply_rotary_pos_emb(q, q, cos, sin)
+        out.append(q[0])
+    return out
+
+
+@torch.inference_mode()
+def position_scores(
+    queries: torch.Tensor, keys: torch.Tensor, scaling: float, pool_kernel: int
+) -> torch.Tensor:
+    """Pooled attention mass [Hkv, n] each cached key gets from the window queries.
+
+    queries [Hq, w, D] at the last w positions; keys [Hkv, n, D] (rotated, as cached).
+    """
+    hq, w, d = queries.shape
+    hkv, n, _ = keys.shape
+    group = hq // hkv
+    q = queries.float().reshape(hkv, group * w, d)  # query heads of one KV head side by side
+    logits = torch.bmm(q, keys.float().transpose(1, 2)) * scaling  # [Hkv, G*w, n]
+    # Causal: window query i (at position n-w+i) sees keys 0..n-w+i.
+    rows = torch.arange(w, device=keys.device).repeat(group)  # [G*w]
+    cols = torch.arange(n, device=keys.device)
+    logits.masked_fill_(cols[None, :] > (n - w + rows)[:, None], float("-inf"))
+    mass = torch.softmax(logits, dim=-1).sum(dim=1)  # [Hkv, n]
+    if pool_kernel > 1:
+        mass = F.avg_pool1d(mass[:, None], pool_kernel, stride=1, padding=pool_kernel // 2)[:, 0]
+    return mass
+
+
+def select_positions(scores: torch.Tensor, budget: int, sinks: int, recent: int) -> torch.Tensor:
+    """Kept positions [Hkv, budget], ascending: sinks + top-scoring middle + recent."""
+    hkv, n = scores.shape
+    if budget >= n:
+        return torch.arange(n, device=scores.device).expand(hkv, n)
+    sinks = min(sinks, budget)
+    recent = min(recent, budget - sinks)
+    middle = budget - sinks - recent
+    head = torch.arange(sinks, device=scores.device).expand(hkv, sinks)
+    tail = torch.arange(n - recent, n, device=scores.device).expand(hkv, recent)
+    picked = scores[:, sinks : n - recent].topk(middle, dim=-1).indices + sinks  # [Hkv, middle]
+    return torch.cat([head, picked, tail], dim=-1).sort(dim=-1).values
+
+
+@torch.inference_mode()
+def gather_cache(cache: DynamicCache, kept: Sequence[torch.Tensor]) -> DynamicCache:
+    """A new cache holding, per layer and head, only the kept positions (source untouched)."""
+    out = DynamicCache()
+    for index, (layer, positions) in enumerate(zip(cache.layers, kept, strict=True)):
+        d = layer.keys.shape[-1]
+        gather_index = positions[None, :, :, None].expand(1, -1, -1, d)  # [1, Hkv, k, D]
+        keys = layer.keys.gather(2, gather_index)
+        values = layer.values.gather(2, gather_index)
+        out.update(keys, values, index)
+    return out
+
+
+@torch.inference_mode()
+def compress(
+    model: Any,
+    cache: DynamicCache,
+    capture: QueryCapture,
+    prompt_length: int,
+    config: SnapKVConfig,
+) -> CompressedKV:
+    """A compressed copy of `cache`, which holds exactly `prompt_length` uncompressed positions."""
+    queries = window_queries(model, capture, prompt_length)
+    kept: list[torch.Tensor] = []
+    for index, layer in enumerate(cache.layers):
+        keys = layer.keys[0]  # [Hkv, n, D]
+        n = keys.shape[1]
+        budget = config.budget(n, index)
+        if budget >= n:
+            kept.append(torch.arange(n, device=keys.device).expand(keys.shape[0], n))
+            continue
+        attn = model.model.layers[index].self_attn
+        scores = position_scores(queries[index], keys, attn.scaling, config.pool_kernel)
+        kept.append(select_positions(scores, budget, config.sinks, config.recent))
+    return CompressedKV(
+        cache=gather_cache(cache, kept),
+        next_position=prompt_length,
+        kept=kept,
+        original_length=prompt_length,
+    )
+
+
+def kept_fraction(compressed: CompressedKV, positions: Sequence[int]) -> float:
+    """Share of (layer, head) slots that kept each of `positions`, averaged (the needle test)."""
+    if not positions:
+        return 0.0
+    wanted = torch.tensor(list(positions))
+    total = 0.0
+    for kept in compressed.kept:
+        hits = torch.isin(kept.cpu(), wanted).sum(dim=-1).float()  # [Hkv]
+        total += float(hits.mean()) / len(positions)
+    return total / max(len(compressed.kept), 1)
