@@ -12,7 +12,7 @@ def test_bench_speed_json_and_plot(tiny_model_dir, tmp_path, capsys):
     assert files and not any("/lib/python3" in f and "site-packages" not in f for f in files)
     plot = tmp_path / "speed.png"
     argv = ["--model", str(tiny_model_dir), "--files", *files, "--samples", "3"]
-    code = speed.main([*argv, "--max-new-tokens", "12", "--json", "--plot", str(plot)])
+    code = speed.main([*argv, "--max-new-tokens", "12", "--ablate", "--json", "--plot", str(plot)])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     summary = report["summary"]
@@ -20,6 +20,7 @@ def test_bench_speed_json_and_plot(tiny_model_dir, tmp_path, capsys):
     assert summary["identical"] == 1.0
     assert summary["timeToFirstToken"]["tokensPrefilledAfterEdit"] <= 3
     assert summary["peakRssMiB"] > 0
+    assert "prompt" in summary["bySourceAlone"]
     assert plot.stat().st_size > 1000
 
 

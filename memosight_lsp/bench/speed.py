@@ -159,6 +159,29 @@ def run_samples(
     return rows
 
 
+def ablation(
+    loaded: LoadedModel, prompts: list[dict], rows: list[dict], max_new: int, heads: Any
+) -> dict[str, Any]:
+    """Median speed-up vs transformers generate with one draft source at a time."""
+    rules = StopRules(max_new_tokens=max_new, stop_token_ids=loaded.stop_token_ids)
+    out = {}
+    for source in ("prompt", "heads"):
+        decoder = SpeculativeDecoder(sources=(source,), heads=heads)
+        decoder(loaded.model, prompts[0]["ids"], rules)  # calibrate and warm up
+        if source == "heads" and decoder.heads is None:
+            continue
+        speedups, per_pass = [], []
+        for sample, row in zip(prompts, rows, strict=True):
+            got, seconds = timed(decoder, loaded.model, sample["ids"], rules)
+            speedups.append(row["hfMs"] / (seconds * 1000))
+            per_pass.append(got.stats["tokensPerPass"])
+        out[source] = {
+            "medianSpeedupVsHf": round(statistics.median(speedups), 3),
+            "meanTokensPerPass": round(statistics.mean(per_pass), 3),
+        }
+    return out
+
+
 def print_progress(done: int, total: int) -> None:
     sys.stderr.write(f"\rsamples {done}/{total}")
     if done == total:
@@ -267,6 +290,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--no-heads", action="store_true", help="draft without the heads")
+    parser.add_argument("--ablate", action="store_true", help="also time each source alone")
     parser.add_argument("--json", action="store_true", help="print the full JSON to stdout")
     parser.add_argument("--plot", type=Path, help="write a PNG of speed-up and acceptance")
     return parser.parse_args(argv)
@@ -294,6 +318,9 @@ def main(argv: list[str]) -> int:
     decoder = SpeculativeDecoder(heads=None if args.no_heads else "auto")
     rows = run_samples(loaded, prompts, args.max_new_tokens, decoder)
     summary = summarize(rows, decoder)
+    if args.ablate:
+        heads = None if args.no_heads else "auto"
+        summary["bySourceAlone"] = ablation(loaded, prompts, rows, args.max_new_tokens, heads)
     summary["timeToFirstToken"] = time_to_first_token(loaded, list(files), decoder)
     summary["peakRssMiB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     summary["decoder"] = decoder.describe()
