@@ -178,21 +178,27 @@ describe('MemoSight in VS Code', function () {
     await resetEditor();
     const full = await serverSuggestion();
     const config = vscode.workspace.getConfiguration('memosight');
-    await config.update('completion.maxNewTokens', 1, vscode.ConfigurationTarget.Workspace);
-    const short = await waitFor('a shorter suggestion', async () => {
-      const now = await serverSuggestion();
-      return now.length < full.length ? now : undefined;
-    }, 10_000);
-    assert.ok(full.startsWith(short), `${JSON.stringify(short)} starts ${JSON.stringify(full)}`);
-    await config.update('completion.maxNewTokens', undefined, vscode.ConfigurationTarget.Workspace);
+    await config.update('completion.maxNewTokens', 2, vscode.ConfigurationTarget.Workspace);
+    try {
+      const short = await waitFor('a shorter suggestion', async () => {
+        const now = await serverSuggestion();
+        return now.length < full.length ? now : undefined;
+      }, 10_000);
+      assert.ok(short.length > 0 && full.startsWith(short), `${JSON.stringify(short)} starts ${JSON.stringify(full)}`);
+    } finally {
+      await config.update('completion.maxNewTokens', undefined, vscode.ConfigurationTarget.Workspace);
+    }
   });
 
   it('toggles off ("disabled", no suggestions) and on again without a restart', async () => {
     await resetEditor();
     await vscode.commands.executeCommand('memosight.toggle');
-    await waitForState('disabled', 10_000);
-    assert.equal(await serverSuggestion(), '');
-    await vscode.commands.executeCommand('memosight.toggle');
+    try {
+      await waitForState('disabled', 10_000);
+      assert.equal(await serverSuggestion(), '');
+    } finally {
+      await vscode.commands.executeCommand('memosight.toggle');
+    }
     await waitForState('ready', 10_000);
     assert.ok((await serverSuggestion()).length > 0);
   });
