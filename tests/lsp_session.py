@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,12 @@ async def start(
     *,
     initialized: bool = True,
     configuration: dict | None = None,
+    root: Path = ROOT,
+    env: dict[str, str] | None = None,
 ) -> LanguageClient:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The server indexes the workspace folder; its cache goes to a temporary folder by default.
+    cache = str(Path(tempfile.gettempdir()) / "memosight-test-cache")
+    env = {**os.environ, "XDG_CACHE_HOME": cache, **(env or {}), "PYTHONPATH": str(ROOT)}
     config = ClientServerConfig(
         server_command=SERVER, client_factory=client_factory, server_env=env
     )
@@ -55,7 +60,7 @@ async def start(
     params = types.InitializeParams(
         capabilities=client_capabilities(editor),
         initialization_options=init_options,
-        workspace_folders=[types.WorkspaceFolder(uri=ROOT.as_uri(), name="root")],
+        workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="root")],
     )
     if initialized:
         client.init_result = await client.initialize_session(params)  # type: ignore[attr-defined]

@@ -9,7 +9,8 @@ from memosight_lsp.completion.healing import HealingConstraint, VocabularyText, 
 from memosight_lsp.completion.policy import describe_cursor, wants_multiline
 from memosight_lsp.completion.positions import index_to_utf16, split_at, utf16_to_index
 from memosight_lsp.completion.postprocess import finish, should_stop
-from memosight_lsp.completion.prompt import current_file_context
+from memosight_lsp.completion.prompt import build_prompt
+from memosight_lsp.context import build_context
 
 
 def situation(before: str, after: str = ""):
@@ -106,14 +107,23 @@ def test_utf16_positions():
     assert split_at("ab", 5, 9) == ("ab", "")
 
 
-def test_current_file_context_keeps_nearest_lines_within_budget():
-    prefix = "\n".join(f"line{i}" for i in range(100)) + "\nx = "
-    suffix = "\n".join(f"after{i}" for i in range(100))
+def test_context_without_index_keeps_nearest_lines_within_budget():
+    lines = [f"line{i}" for i in range(100)] + ["x = "] + [f"after{i}" for i in range(100)]
 
     def count(s: str) -> int:
         return len(s.split())
 
-    packed = current_file_context(prefix, suffix, 40, count)
+    packed = build_context(
+        text="\n".join(lines),
+        path=None,
+        line=100,
+        column=4,
+        language_id=None,
+        budget_tokens=40,
+        count_tokens=count,
+    )
     assert packed.prefix.endswith("line99\nx = ")
-    assert packed.suffix.startswith("after0")
+    assert packed.suffix.startswith("\nafter0")
     assert count(packed.prefix) + count(packed.suffix) <= 40
+    prompt = build_prompt(packed, None, heal=False)
+    assert prompt.text == packed.prefix and prompt.context is packed

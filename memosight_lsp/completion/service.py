@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from memosight_lsp.context import build_context
 from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
 from memosight_lsp.engine.loading import LoadedModel
 from memosight_lsp.engine.speculative import SpeculativeDecoder
@@ -16,7 +17,10 @@ from . import postprocess
 from .healing import HealingConstraint, VocabularyText
 from .policy import describe_cursor, wants_multiline
 from .positions import split_at
-from .prompt import MARKER_RESERVE, Prompt, build_prompt, current_file_context
+from .prompt import MARKER_RESERVE, Prompt, build_prompt
+
+if TYPE_CHECKING:
+    from memosight_lsp.workspace import WorkspaceIndex
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +36,11 @@ class CompletionRequest:
     multiline: str = "auto"
     mid_word: str = "skip"
     plain: bool = False  # plain greedy decoding, no acceleration
+    # Cross-file context: the workspace index holding this file (None: the current file only),
+    # other open buffers {path: text}, and recent edits [(path, 0-based line)], oldest first.
+    index: WorkspaceIndex | None = None
+    open_buffers: Mapping[str, str] = field(default_factory=dict)
+    recent_edits: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(kw_only=True)
@@ -91,9 +100,18 @@ class CompletionEngine:
         return max(16, min(request.budget_tokens, room))
 
     def prepare(self, request: CompletionRequest) -> Prompt:
-        prefix, suffix = split_at(request.text, request.line, request.column)
-        packed = current_file_context(
-            prefix, suffix, self.context_budget(request), self.count_tokens
+        """The prompt at the cursor: ranked workspace context packed into the budget."""
+        packed = build_context(
+            text=request.text,
+            path=request.path,
+            line=request.line,
+            column=request.column,
+            language_id=request.language_id,
+            budget_tokens=self.context_budget(request),
+            count_tokens=self.count_tokens,
+            index=request.index,
+            open_buffers=request.open_buffers,
+            recent_edits=request.recent_edits,
         )
         return build_prompt(packed, self.loaded.fim)
 

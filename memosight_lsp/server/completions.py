@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from lsprotocol import types
 from pygls.workspace import TextDocument
@@ -21,6 +21,7 @@ from memosight_lsp.completion.policy import describe_cursor
 from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.completion.service import Completion, CompletionRequest
 from memosight_lsp.config import Settings
+from memosight_lsp.workspace import WorkspaceIndex
 
 from .documents import LineIndex, looks_binary, window_at
 from .model_host import ModelHost
@@ -48,6 +49,15 @@ class Cursor:
     path: str | None
 
 
+@dataclass(frozen=True, kw_only=True)
+class ContextInputs:
+    """Cross-file context for a request (see CompletionRequest): none by default."""
+
+    index: WorkspaceIndex | None = None
+    open_buffers: Mapping[str, str] = field(default_factory=dict)
+    recent_edits: tuple[tuple[str, int], ...] = ()
+
+
 class CompletionFlow:
     def __init__(
         self,
@@ -57,8 +67,10 @@ class CompletionFlow:
         stats: ServerStats,
         settings: Callable[[], Settings],
         on_model_result: Callable[[Completion], None] = lambda c: None,
+        context_inputs: Callable[[Cursor, Settings], ContextInputs] = lambda c, s: ContextInputs(),
     ) -> None:
         self.scheduler = scheduler
+        self._context_inputs = context_inputs
         self.host = host
         self.stats = stats
         self.lookahead = LookaheadCache()
@@ -158,6 +170,7 @@ class CompletionFlow:
 
     def request_for(self, text: str, offset: int, cursor: Cursor, settings: Settings):
         window = window_at(text, offset)
+        inputs = self._context_inputs(cursor, settings)
         request = CompletionRequest(
             text=window.text,
             line=window.line,
@@ -169,6 +182,9 @@ class CompletionFlow:
             budget_tokens=settings.context.budget_tokens,
             multiline=settings.completion.multiline,
             mid_word=settings.completion.mid_word,
+            index=inputs.index,
+            open_buffers=inputs.open_buffers,
+            recent_edits=inputs.recent_edits,
         )
         return window, request
 

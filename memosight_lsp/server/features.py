@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import posixpath
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
+from pygls.workspace import PositionCodec
+
+from memosight_lsp.completion.prompt import Prompt
+from memosight_lsp.context import Snippet
+from memosight_lsp.workspace import WorkspaceIndex
 
 from .completions import Outcome
+from .documents import LineIndex
+from .indexes import Change
 from .server import MemoSightServer
 
 log = logging.getLogger(__name__)
@@ -26,6 +35,7 @@ def register(server: MemoSightServer) -> None:
     def initialize(ls: MemoSightServer, params: types.InitializeParams) -> None:
         ls.capture_loop()
         ls.apply_settings(params.initialization_options, "initializationOptions")
+        ls.workspace_roots = initial_roots(params)
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: MemoSightServer, params: types.InitializedParams) -> None:
@@ -34,6 +44,7 @@ def register(server: MemoSightServer) -> None:
         if ls.settings.enable:
             ls.host.ensure(ls.settings.model)
         ls.send_status(force=True)
+        start_indexing(ls)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(
@@ -47,12 +58,24 @@ def register(server: MemoSightServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: MemoSightServer, params: types.DidOpenTextDocumentParams) -> None:
         log.debug("opened %s", params.text_document.uri)
+        start_indexing(ls)  # a client that never sent `initialized`
+        doc = ls.document(params.text_document.uri)
+        if doc is not None:
+            ls.indexes.opened(file_path(doc.uri, doc.path), doc.source, doc.language_id)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: MemoSightServer, params: types.DidChangeTextDocumentParams) -> None:
         doc = ls.document(params.text_document.uri)
         if doc is not None:
             ls.flow.document_changed(doc)
+            changes = [Change(getattr(c, "range", None), c.text) for c in params.content_changes]
+            ls.indexes.changed(
+                file_path(doc.uri, doc.path),
+                changes,
+                doc.source,
+                doc.language_id,
+                doc.position_codec,
+            )
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: MemoSightServer, params: types.DidSaveTextDocumentParams) -> None:
@@ -60,13 +83,21 @@ def register(server: MemoSightServer) -> None:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: MemoSightServer, params: types.DidCloseTextDocumentParams) -> None:
-        ls.flow.document_closed(params.text_document.uri)
+        uri = params.text_document.uri
+        ls.flow.document_closed(uri)
+        ls.indexes.closed(file_path(uri, to_fs_path(uri)))
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
     def did_change_folders(
         ls: MemoSightServer, params: types.DidChangeWorkspaceFoldersParams
     ) -> None:
-        log.info("workspace folders: %s", [f.uri for f in ls.workspace.folders.values()])
+        roots = {r for r in ls.workspace_roots}
+        roots -= {to_fs_path(f.uri) for f in params.event.removed}
+        roots |= {to_fs_path(f.uri) for f in params.event.added}
+        ls.workspace_roots = sorted(r for r in roots if r)
+        log.info("workspace folders: %s", ls.workspace_roots)
+        if ls.indexing_started:
+            ls.indexes.set_roots(ls.workspace_roots)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(
@@ -120,6 +151,34 @@ def register(server: MemoSightServer) -> None:
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: MemoSightServer, params: Any) -> None:
         ls.stop_worker()
+
+
+def to_fs_path(uri: str) -> str:
+    from memosight_lsp.workspace import to_path
+
+    return str(to_path(uri)) if uri.startswith("file:") else ""
+
+
+def file_path(uri: str, path: str | None) -> str | None:
+    """The file behind a document, None for untitled and other non-file buffers."""
+    return path if uri.startswith("file:") and path else None
+
+
+def initial_roots(params: types.InitializeParams) -> list[str]:
+    """Workspace folders from initialize: workspaceFolders, else rootUri, else rootPath."""
+    if params.workspace_folders:
+        roots = [to_fs_path(f.uri) for f in params.workspace_folders]
+    elif params.root_uri:
+        roots = [to_fs_path(params.root_uri)]
+    else:
+        roots = [params.root_path] if params.root_path else []
+    return [r for r in roots if r]
+
+
+def start_indexing(ls: MemoSightServer) -> None:
+    if not ls.indexing_started:
+        ls.indexing_started = True
+        ls.indexes.set_roots(ls.workspace_roots)
 
 
 async def pull_configuration(ls: MemoSightServer) -> None:
@@ -203,23 +262,17 @@ async def explain(ls: MemoSightServer, params: Any) -> dict[str, Any]:
         ls.host.ensure(settings.model)
     if ls.host.state == "error":
         return {**empty, "reason": reason or f"model error: {ls.host.message}"}
-    _, request = ls.flow.request_for(cursor.text, cursor.offset, cursor, settings)
+    window, request = ls.flow.request_for(cursor.text, cursor.offset, cursor, settings)
     if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0:
-        request = type(request)(**{**request.__dict__, "budget_tokens": budget})
+        request = replace(request, budget_tokens=budget)
 
-    def prepare(cancelled) -> dict[str, Any] | None:
+    def prepare(cancelled) -> tuple[Prompt, int] | None:
         engine = ls.host.engine
         if engine is None:
             return None
+        # The very prepare() a completion runs: same index, buffers, edits and budget.
         prompt = engine.prepare(request)
-        return {
-            "prompt": prompt.text,
-            "promptTokens": engine.count_tokens(prompt.text),
-            "prefix": prompt.context.prefix,
-            "suffix": prompt.context.suffix,
-            "prefixTokens": engine.count_tokens(prompt.context.prefix),
-            "suffixTokens": engine.count_tokens(prompt.context.suffix),
-        }
+        return prompt, engine.count_tokens(prompt.text)
 
     job = ls.scheduler.submit(f"{uri}#context", prepare)
     try:
@@ -229,33 +282,73 @@ async def explain(ls: MemoSightServer, params: Any) -> dict[str, Any]:
         raise
     if prepared is None:
         return {**empty, "reason": reason or f"model not ready: {ls.host.message}"}
-    index = ls.flow.line_index(doc)
-    codec = doc.position_codec
-
-    def at(offset: int) -> dict[str, int]:
-        pos = index.position_at(codec, offset)
-        return {"line": pos.line, "character": pos.character}
-
-    offset = cursor.offset
-    snippets = [
-        {
-            "uri": uri,
-            "range": {"start": at(offset - len(prepared["prefix"])), "end": at(offset)},
-            "symbol": None,
-            "kind": "prefix",
-            "tokens": prepared["prefixTokens"],
-        },
-        {
-            "uri": uri,
-            "range": {"start": at(offset), "end": at(offset + len(prepared["suffix"]))},
-            "symbol": None,
-            "kind": "suffix",
-            "tokens": prepared["suffixTokens"],
-        },
-    ]
+    prompt, prompt_tokens = prepared
+    lines = ls.flow.line_index(doc)
+    if lines.text is not cursor.text:  # edited while the context was built
+        lines = LineIndex.of(cursor.text)
+    mapper = SnippetRanges(
+        lines=lines,
+        codec=doc.position_codec,
+        uri=uri,
+        cursor=cursor.position,
+        first_line=cursor.text.count("\n", 0, window.start),
+        index=request.index,
+        current=current_rel(request.index, request.path),
+    )
     return {
-        "promptTokens": prepared["promptTokens"],
-        "snippets": snippets,
-        "prompt": prepared["prompt"],
+        "promptTokens": prompt_tokens,
+        "snippets": [mapper.snippet(s) for s in prompt.context.snippets],
+        "prompt": prompt.text,
         "reason": reason,
     }
+
+
+def current_rel(index: WorkspaceIndex | None, path: str | None) -> str:
+    """How the context packer names the current file (see context.build_context)."""
+    if index is not None and path is not None:
+        rel = index.relpath(path)
+        return posixpath.basename(rel) if rel.startswith("/") else rel
+    return posixpath.basename(path) if path else ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnippetRanges:
+    """Context snippets (0-based lines of the window or of another file) as LSP locations."""
+
+    lines: LineIndex
+    codec: PositionCodec
+    uri: str
+    cursor: types.Position
+    first_line: int  # document line of the window's first line
+    index: WorkspaceIndex | None
+    current: str
+
+    def snippet(self, s: Snippet) -> dict[str, Any]:
+        if s.path == self.current or self.index is None:
+            uri = self.uri
+            start = self.line_start(s.start_line) if s.kind != "suffix" else self.cursor
+            end = self.line_end(s.end_line) if s.kind != "prefix" else self.cursor
+        else:
+            uri = self.index.abspath(s.path).as_uri()
+            start = types.Position(line=s.start_line, character=0)
+            end = types.Position(line=s.end_line + 1, character=0)
+        return {
+            "uri": uri,
+            "range": {"start": as_json(start), "end": as_json(end)},
+            "symbol": s.symbol,
+            "kind": s.kind,
+            "tokens": s.tokens,
+        }
+
+    def line_start(self, line: int) -> types.Position:
+        row = min(self.first_line + line, len(self.lines.starts) - 1)
+        return types.Position(line=row, character=0)
+
+    def line_end(self, line: int) -> types.Position:
+        row = min(self.first_line + line, len(self.lines.starts) - 1)
+        offset = self.lines.starts[row] + len(self.lines.content(row))
+        return self.lines.position_at(self.codec, offset)
+
+
+def as_json(position: types.Position) -> dict[str, int]:
+    return {"line": position.line, "character": position.character}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -21,7 +22,8 @@ from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.completion.service import Completion
 from memosight_lsp.config import Settings, parse_settings
 
-from .completions import CompletionFlow
+from .completions import CompletionFlow, ContextInputs, Cursor
+from .indexes import WorkspaceIndexes, indexable_text
 from .model_host import ModelHost, ModelState
 from .protocol import RobustProtocol
 from .stats import ServerStats
@@ -29,6 +31,7 @@ from .stats import ServerStats
 log = logging.getLogger(__name__)
 
 STATUS_METHOD = "memosight/status"
+MAX_CONTEXT_BUFFERS = 20  # other open buffers offered to the context ranker
 
 
 def deep_merge(base: dict, update: dict) -> dict:
@@ -67,7 +70,12 @@ class MemoSightServer(LanguageServer):
             stats=self.stats,
             settings=lambda: self.settings,
             on_model_result=self._model_result_from_worker,
+            context_inputs=self.context_inputs,
         )
+        self.indexes = WorkspaceIndexes(self._index_progress_from_thread)
+        self.workspace_roots: list[str] = []  # folders from initialize / didChangeWorkspaceFolders
+        self.indexing_started = False  # at `initialized` (or the first didOpen without it)
+        self._index_progress: dict[Path, asyncio.Task] = {}
         self.flow._current_version = self._document_version  # type: ignore[method-assign]
         self.loop: asyncio.AbstractEventLoop | None = None
         self._shown: set[str] = set()
@@ -85,6 +93,82 @@ class MemoSightServer(LanguageServer):
     def _document_version(self, uri: str) -> int | None:
         doc = self.document(uri)
         return doc.version if doc is not None else None
+
+    # -- workspace context --------------------------------------------------------------------
+
+    def context_inputs(self, cursor: Cursor, settings: Settings) -> ContextInputs:
+        """What the context packer gets besides the document: the index of the cursor's folder
+        (none when `context.crossFile` is off), the other open buffers and the recent edits."""
+        if not settings.context.cross_file:
+            return ContextInputs()
+        index = self.indexes.index_for(cursor.path)
+        if index is None:
+            return ContextInputs()
+        buffers: dict[str, str] = {}
+        for doc in list(self.workspace.text_documents.values()):
+            if len(buffers) >= MAX_CONTEXT_BUFFERS:
+                break
+            if doc.uri == cursor.uri or not doc.uri.startswith("file:"):
+                continue
+            text = doc.source
+            if indexable_text(text):
+                buffers[doc.path] = text
+        return ContextInputs(
+            index=index, open_buffers=buffers, recent_edits=self.indexes.recent_edits()
+        )
+
+    def _index_progress_from_thread(
+        self, root: Path, phase: str, percent: int | None, message: str
+    ) -> None:
+        self._on_loop(self._index_progress_on_loop, root, phase, percent, message)
+
+    def _index_progress_on_loop(
+        self, root: Path, phase: str, percent: int | None, message: str
+    ) -> None:
+        """$/progress for a folder's scan: begin, reports with a percentage, end."""
+        caps = self.client_capabilities
+        window = caps.window if caps is not None else None
+        if not (window and window.work_done_progress):
+            return
+        progress = self.work_done_progress
+        if phase == "begin":
+            token = f"memosight-index-{uuid.uuid4().hex[:8]}"
+
+            async def begin() -> str | None:
+                try:
+                    await progress.create_async(token)
+                except Exception:
+                    log.debug("client refused the progress token", exc_info=True)
+                    return None
+                progress.begin(
+                    token,
+                    types.WorkDoneProgressBegin(
+                        title="MemoSight index", message=message, percentage=0, cancellable=False
+                    ),
+                )
+                return token
+
+            self._index_progress[root] = asyncio.ensure_future(begin())
+            return
+        task = self._index_progress.get(root)
+        if task is None:
+            return
+        if phase == "end":
+            del self._index_progress[root]
+
+        async def send() -> None:
+            token = await task
+            if token is None or token not in progress.tokens:
+                return
+            if phase == "end":
+                progress.end(token, types.WorkDoneProgressEnd(message=message))
+            else:
+                progress.report(
+                    token, types.WorkDoneProgressReport(message=message, percentage=percent)
+                )
+
+        self._background.add(sending := asyncio.ensure_future(send()))
+        sending.add_done_callback(self._background.discard)
 
     # -- settings ---------------------------------------------------------------------------
 
@@ -219,3 +303,4 @@ class MemoSightServer(LanguageServer):
 
     def stop_worker(self) -> None:
         self.scheduler.stop()
+        self.indexes.stop()

@@ -1,0 +1,245 @@
+"""One workspace index per workspace folder, kept in step with the editor's buffers.
+
+Scans run on a thread of their own per folder (never on the event loop, never on the model
+worker), then the folder is watched for disk changes. Buffer updates (didOpen/didChange/didClose)
+are applied in order on one index thread: the event loop only queues them, so typing never
+waits for a re-parse. A completion that arrives before its buffer update landed still sees the
+current text: the context packer parses the text it is given when the index is behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.workspace import PositionCodec
+
+from memosight_lsp.workspace import TextEdit, WorkspaceIndex
+from memosight_lsp.workspace.files import MAX_FILE_BYTES
+
+log = logging.getLogger(__name__)
+
+RECENT_EDITS = 10  # (path, line) pairs handed to the ranker
+PROGRESS_STEP = 5  # percent between $/progress reports
+
+# (folder, phase "begin" | "report" | "end", percentage or None, message); from scan threads.
+ProgressListener = Callable[[Path, str, "int | None", str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One LSP content change: a range replacement, or the whole text when `range` is None."""
+
+    range: types.Range | None
+    text: str
+
+
+def indexable_text(text: str) -> bool:
+    """Buffers the index takes: not huge, not binary (the limits the disk scan applies)."""
+    return len(text) <= MAX_FILE_BYTES and "\x00" not in text
+
+
+class WorkspaceIndexes:
+    def __init__(self, on_progress: ProgressListener = lambda *a: None, *, watch: bool = True):
+        self._on_progress = on_progress
+        self._watch = watch
+        self._indexes: dict[Path, WorkspaceIndex] = {}
+        self._lock = threading.Lock()
+        self._updates = ThreadPoolExecutor(1, thread_name_prefix="memosight-index")
+        self._recent: deque[tuple[str, int]] = deque(maxlen=RECENT_EDITS)
+        self._buffered: dict[str, Path] = {}  # path -> root of the index holding its buffer
+        self._stopped = False
+
+    # -- folders ------------------------------------------------------------------------------
+    def set_roots(self, roots: Sequence[str | Path]) -> None:
+        """Index these folders (scanning new ones in the background); forget the others."""
+        wanted = {Path(r).resolve() for r in roots if Path(r).is_dir()}
+        with self._lock:
+            gone = [self._indexes.pop(r) for r in list(self._indexes) if r not in wanted]
+            new = [r for r in sorted(wanted) if r not in self._indexes]
+            for root in new:
+                self._indexes[root] = WorkspaceIndex(root)
+        for index in gone:
+            self._updates.submit(index.stop_watching)
+        for root in new:
+            thread = threading.Thread(
+                target=self._scan, args=(root,), name=f"memosight-scan-{root.name}", daemon=True
+            )
+            thread.start()
+
+    def roots(self) -> list[Path]:
+        with self._lock:
+            return sorted(self._indexes)
+
+    def index_for(self, path: str | None) -> WorkspaceIndex | None:
+        """The index of the innermost folder holding `path`; None outside every folder."""
+        if not path:
+            return None
+        file = Path(path)
+        with self._lock:
+            best: WorkspaceIndex | None = None
+            for root, index in self._indexes.items():
+                inner = best is None or len(root.parts) > len(best.root.parts)
+                if inner and file.is_relative_to(root):
+                    best = index
+            return best
+
+    def wait_idle(self, timeout: float | None = None) -> None:
+        """Block until queued buffer updates are applied (tests, benchmarks)."""
+        self._updates.submit(lambda: None).result(timeout)
+
+    def _scan(self, root: Path) -> None:
+        with self._lock:
+            index = self._indexes.get(root)
+        if index is None or self._stopped:
+            return
+        name = root.name or str(root)
+        self._on_progress(root, "begin", 0, f"indexing {name}")
+        last = [-PROGRESS_STEP]
+
+        def progress(done: int, total: int) -> None:
+            percent = done * 100 // max(1, total)
+            if percent - last[0] >= PROGRESS_STEP:
+                last[0] = percent
+                self._on_progress(root, "report", percent, f"{done}/{total} files")
+
+        try:
+            stats = index.scan(on_progress=progress)
+            message = f"indexed {stats.files} files in {stats.seconds:.1f}s"
+            if self._watch and not self._stopped:
+                index.start_watching()
+        except Exception as err:  # a broken folder must not take the server down
+            log.exception("indexing %s failed", root)
+            message = f"indexing {name} failed: {err}"
+        log.info("%s: %s", root, message)
+        self._on_progress(root, "end", None, message)
+
+    # -- buffers ------------------------------------------------------------------------------
+    def opened(self, path: str | None, text: str, language_id: str | None) -> None:
+        index = self.index_for(path)
+        if index is None or path is None:
+            return
+        self._updates.submit(self._open, index, path, text, language_id)
+
+    def changed(
+        self,
+        path: str | None,
+        changes: Sequence[Change],
+        final_text: str,
+        language_id: str | None,
+        codec: PositionCodec,
+    ) -> None:
+        """Queue the incremental re-parse of an edited buffer and remember where it was edited."""
+        if path is None:
+            return
+        for change in changes:
+            if change.range is not None:
+                entry = (path, change.range.start.line)
+                if not self._recent or self._recent[-1] != entry:
+                    self._recent.append(entry)
+        index = self.index_for(path)
+        if index is None:
+            return
+        self._updates.submit(
+            self._change, index, path, list(changes), final_text, language_id, codec
+        )
+
+    def closed(self, path: str | None) -> None:
+        index = self.index_for(path)
+        if index is not None and path is not None:
+            self._updates.submit(self._close, index, path)
+
+    def recent_edits(self) -> tuple[tuple[str, int], ...]:
+        return tuple(self._recent)
+
+    def stop(self) -> None:
+        self._stopped = True
+        with self._lock:
+            indexes, self._indexes = list(self._indexes.values()), {}
+        for index in indexes:
+            try:
+                index.stop_watching()
+            except Exception:
+                log.exception("stopping the watcher of %s failed", index.root)
+        self._updates.shutdown(wait=False, cancel_futures=True)
+
+    # -- on the index thread ------------------------------------------------------------------
+    def _open(self, index: WorkspaceIndex, path: str, text: str, language_id: str | None) -> None:
+        try:
+            if index.buffer(path) is not None:
+                index.close_buffer(path)  # reopened: start from the text given now
+            if indexable_text(text):
+                index.update_buffer(path, text, language_id=language_id)
+        except Exception:
+            log.exception("indexing the buffer %s failed", path)
+
+    def _change(
+        self,
+        index: WorkspaceIndex,
+        path: str,
+        changes: list[Change],
+        final_text: str,
+        language_id: str | None,
+        codec: PositionCodec,
+    ) -> None:
+        try:
+            buffer = index.buffer(path)
+            if not indexable_text(final_text):
+                index.close_buffer(path)  # grew huge or binary: the disk copy (if any) stands
+                return
+            if buffer is None or any(c.range is None for c in changes):
+                if buffer is None:
+                    index.update_buffer(path, final_text, language_id=language_id)
+                else:
+                    index.update_buffer(path, final_text)
+                return
+            index.update_buffer(path, edits=to_edits(buffer.text, changes, codec))
+            if buffer.text != final_text:  # out of step (should not happen): resynchronise
+                log.warning("index buffer %s was out of step; resynchronised", path)
+                index.update_buffer(path, final_text)
+        except Exception:
+            log.exception("re-indexing the buffer %s failed", path)
+
+    def _close(self, index: WorkspaceIndex, path: str) -> None:
+        try:
+            index.close_buffer(path)
+        except Exception:
+            log.exception("closing the buffer %s failed", path)
+
+
+def to_edits(text: str, changes: Sequence[Change], codec: PositionCodec) -> list[TextEdit]:
+    """LSP range changes (client position units, applied in order) as the index's edits
+    (str indices), tracking the text between changes so each is read against its own state."""
+    edits: list[TextEdit] = []
+    for n, change in enumerate(changes):
+        assert change.range is not None
+        start, start_char = _locate(text, change.range.start, codec)
+        end, end_char = _locate(text, change.range.end, codec)
+        rng = change.range
+        edits.append(TextEdit(rng.start.line, start_char, rng.end.line, end_char, change.text))
+        if n + 1 < len(changes):
+            text = text[:start] + change.text + text[max(start, end) :]
+    return edits
+
+
+def _locate(text: str, position: types.Position, codec: PositionCodec) -> tuple[int, int]:
+    """(str offset, str column) of an LSP position in text, clamped to the line."""
+    pos = 0
+    for _ in range(position.line):
+        newline = text.find("\n", pos)
+        if newline < 0:
+            return len(text), len(text) - (text.rfind("\n") + 1)
+        pos = newline + 1
+    line_end = text.find("\n", pos)
+    content = text[pos : len(text) if line_end < 0 else line_end]
+    column = codec.position_from_client_units(
+        [content], types.Position(line=0, character=position.character)
+    ).character
+    column = min(max(column, 0), len(content))
+    return pos + column, column
