@@ -65,7 +65,7 @@ def sample_prompts(
     """Cursor positions at line starts or after punctuation, so no token healing is involved."""
     rng = random.Random(seed)
     texts = {f: f.read_text(encoding="utf-8", errors="replace") for f in files}
-    out = []
+    out: list[dict[str, Any]] = []
     attempts = 0
     while len(out) < count and attempts < count * 20:
         attempts += 1

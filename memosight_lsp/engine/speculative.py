@@ -106,10 +106,13 @@ class ModelRunner:
         """Keep only the accepted nodes (input indices `path`) of the last `total` cache entries."""
         m = len(path)
         if path[-1] != m - 1:  # not the contiguous first branch: move the path into place
-            index = torch.tensor(path, device=cache.layers[0].keys.device) + past
+            index = torch.tensor(path) + past
             for layer in cache.layers:
-                layer.keys[:, :, past : past + m] = layer.keys[:, :, index]
-                layer.values[:, :, past : past + m] = layer.values[:, :, index]
+                keys: Any = getattr(layer, "keys")  # noqa: B009 (attention layers only)
+                values: Any = getattr(layer, "values")  # noqa: B009
+                index = index.to(keys.device)
+                keys[:, :, past : past + m] = keys[:, :, index]
+                values[:, :, past : past + m] = values[:, :, index]
         if total > m:
             cache.crop(m - total)
 
@@ -223,6 +226,7 @@ class SpeculativeDecoder:
         if rules.max_new_tokens <= 0 or not prompt_ids:
             return result
         runner = self.runner(model)
+        cost = self.cost_model or CostModel()
         started = time.perf_counter()
         cache, reused = self.prefix_cache.take(buffer_id, model, prompt_ids)
         hidden, logits = runner.prefill(prompt_ids[reused:], cache)
@@ -248,7 +252,7 @@ class SpeculativeDecoder:
                 context.extend((token,))
             room = min(rules.max_new_tokens - len(result.tokens), self.max_depth)
             candidates = self._candidates(committed, context, previous, hidden, room)
-            tree = build_tree(candidates, self.cost_model, self.max_draft, room)
+            tree = build_tree(candidates, cost, self.max_draft, room)
             past = len(committed) - 1
             hiddens = runner.verify(token, tree, cache, past)
             result.forward_passes += 1

@@ -228,7 +228,7 @@ def train_heads(cfg: HeadsTrainingConfig) -> Path:
             group["lr"] = learning_rate(cfg, state.elapsed_s)
         hidden, choices = base_outputs(model, next(stream))
         losses = head_losses(heads, lm_head, hidden, choices, active, cfg.positions_per_batch, gen)
-        loss = sum(cfg.gamma**i * part for i, part in enumerate(losses))
+        loss = torch.stack([cfg.gamma**i * part for i, part in enumerate(losses)]).sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
