@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from memosight_lsp.completion.positions import utf16_to_index
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.workspace import WorkspaceIndex
 
 from .common import (
     ModelLoadError,
@@ -15,6 +17,7 @@ from .common import (
     load_model_from_args,
     read_source_file,
 )
+from .index import scan_with_progress
 
 
 def register(sub) -> None:
@@ -27,7 +30,13 @@ def register(sub) -> None:
         required=True,
         help="0-based column in UTF-16 code units (as LSP counts)",
     )
-    parser.add_argument("--root", help="workspace root for cross-file context")
+    parser.add_argument(
+        "--root",
+        help="workspace root: index it (cached) and rank definitions from its other files into "
+        "the context; without it the context is FILE alone",
+    )
+    parser.add_argument("--cache-dir", help="index cache folder (default: per-user cache)")
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write a cache")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--budget", type=int, default=1024, help="context budget in tokens")
     parser.add_argument("--multiline", choices=("auto", "always", "never"), default="auto")
@@ -55,12 +64,20 @@ def run(args: argparse.Namespace) -> int:
         loaded = load_model_from_args(args)
     except ModelLoadError as err:
         return fail(str(err))
+    index = None
+    if args.root:
+        root = Path(args.root)
+        if not root.is_dir():
+            return fail(f"no such folder: {args.root}")
+        index = WorkspaceIndex(root, cache_dir=args.cache_dir, use_cache=not args.no_cache)
+        scan_with_progress(index)
     engine = CompletionEngine(loaded)
     request = CompletionRequest(
         text=text,
         line=args.line,
         column=utf16_to_index(lines[args.line], args.character),
-        path=args.file,
+        path=str(Path(args.file).resolve()),
+        index=index,
         max_new_tokens=args.max_new_tokens,
         budget_tokens=args.budget,
         multiline=args.multiline,
@@ -69,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     )
     completion = engine.complete(request)
     if args.json:
-        emit(completion.to_json(), as_json=True)
+        # prepare() is deterministic: this is the prompt the completion was decoded from.
+        emit({**completion.to_json(), "prompt": engine.prepare(request).text}, as_json=True)
     else:
         emit(completion.text, as_json=False)
     return 0

@@ -1,0 +1,72 @@
+"""The server's per-folder indexes, in process: LSP changes to index edits, buffer updates
+through the index thread, huge buffers skipped, scans reported."""
+
+from __future__ import annotations
+
+import threading
+
+from lsprotocol import types
+from pygls.workspace import PositionCodec
+
+from memosight_lsp.server.indexes import Change, WorkspaceIndexes, to_edits
+from memosight_lsp.workspace import Buffer, language_for
+
+
+def change(start: tuple[int, int], end: tuple[int, int], text: str) -> Change:
+    return Change(types.Range(start=types.Position(*start), end=types.Position(*end)), text)
+
+
+def test_lsp_changes_become_index_edits_in_utf16_and_in_order():
+    text = "s = '😀x'\nt = 1\n"
+    changes = [
+        change((0, 7), (0, 8), "y"),  # UTF-16 unit 7 is the 'x' after the emoji
+        change((1, 0), (1, 0), "u = 2\n"),  # read against the text after the first change
+        change((2, 4), (2, 5), "3"),
+    ]
+    buffer = Buffer(language_for("x.py"), text)
+    buffer.apply(to_edits(text, changes, PositionCodec(types.PositionEncodingKind.Utf16)))
+    assert buffer.text == "s = '😀y'\nu = 2\nt = 3\n"
+
+
+def test_buffers_follow_edits_and_huge_ones_are_skipped(tmp_path):
+    (tmp_path / "a.py").write_text("def old():\n    pass\n")
+    ends: list[str] = []
+    done = threading.Event()
+
+    def progress(root, phase, percent, message) -> None:
+        if phase == "end":
+            ends.append(message)
+            done.set()
+
+    indexes = WorkspaceIndexes(progress, watch=False)
+    try:
+        indexes.set_roots([tmp_path, tmp_path / "missing"])
+        assert done.wait(30) and "indexed 1 files" in ends[0]
+        path = str(tmp_path / "a.py")
+        index = indexes.index_for(path)
+        assert index is not None and indexes.index_for("/elsewhere/x.py") is None
+        codec = PositionCodec(types.PositionEncodingKind.Utf16)
+        indexes.opened(path, "def old():\n    pass\n", "python")
+        new_text = "def old():\n    pass\ndef fresh(x):\n    return x\n"
+        indexes.changed(
+            path,
+            [change((2, 0), (2, 0), "def fresh(x):\n    return x\n")],
+            new_text,
+            "python",
+            codec,
+        )
+        indexes.wait_idle(10)
+        assert [d.name for d in index.symbols(path).definitions] == ["old", "fresh"]
+        assert index.files_defining("fresh") == ["a.py"]
+        assert indexes.recent_edits() == ((path, 2),)
+        huge = new_text + "x = 1\n" * 200_000
+        indexes.changed(path, [Change(None, huge)], huge, "python", codec)
+        indexes.wait_idle(10)
+        assert index.buffer(path) is None  # over 1 MB: the disk copy stands
+        assert [d.name for d in index.symbols(path).definitions] == ["old"]
+        indexes.opened(path, new_text, "python")
+        indexes.closed(path)
+        indexes.wait_idle(10)
+        assert index.files_defining("fresh") == []
+    finally:
+        indexes.stop()
