@@ -182,6 +182,72 @@ def ablation(
     return out
 
 
+def typed_prefix(suggestion: str) -> str | None:
+    """What a user types of a suggestion before asking again: up to its first punctuation mark
+    (never ending inside a word or on a blank, so the prompt needs no token healing)."""
+    first_line = suggestion.split("\n", 1)[0]
+    for i, ch in enumerate(first_line[:40]):
+        if i and ch in "(.,[:=)" and not first_line[: i + 1].endswith(" "):
+            return first_line[: i + 1]
+    return None
+
+
+def type_through(
+    loaded: LoadedModel,
+    engine: CompletionEngine,
+    prompts: list[dict],
+    rows: list[dict],
+    max_new: int,
+    budget: int,
+    heads: Any,
+) -> dict[str, Any]:
+    """Ask, type the start of the suggestion, ask again in the same buffer: KV reuse and the
+    previous suggestion both apply. Compared with a cold transformers generate on the new prompt."""
+    rules = StopRules(max_new_tokens=max_new, stop_token_ids=loaded.stop_token_ids)
+    decoder = SpeculativeDecoder(heads=heads)
+    decoder(loaded.model, prompts[0]["ids"], rules)  # calibrate and warm up
+    tok = loaded.tokenizer
+    speedups, identical, reused, by_source = [], [], [], {}
+    for i, sample in enumerate(prompts):
+        buffer = f"bench://{i}"
+        first = decoder(loaded.model, sample["ids"], rules, buffer_id=buffer)
+        typed = typed_prefix(tok.decode(first.tokens))
+        if not typed:
+            continue
+        text = Path(sample["file"]).read_text(encoding="utf-8", errors="replace")
+        lines = text.split("\n")
+        line = lines[sample["line"]]
+        col = sample["column"]
+        lines[sample["line"]] = line[:col] + typed + line[col:]
+        request = CompletionRequest(
+            text="\n".join(lines),
+            line=sample["line"],
+            column=col + len(typed),
+            budget_tokens=budget,
+            mid_word="complete",
+        )
+        prompt = engine.prepare(request)
+        if prompt.healed:
+            continue
+        ids = tok.encode(prompt.text, add_special_tokens=True)
+        _, t_hf = timed(hf_generate, loaded, ids, max_new)
+        got, t_fast = timed(decoder, loaded.model, ids, rules, buffer_id=buffer)
+        identical.append(got.tokens == greedy_generate(loaded.model, ids, rules).tokens)
+        speedups.append(t_hf / t_fast)
+        reused.append(got.stats["reusedPromptTokens"] / len(ids))
+        for source, count in got.stats["acceptedBySource"].items():
+            by_source[source] = by_source.get(source, 0) + count
+    if not speedups:
+        return {"samples": 0}
+    return {
+        "samples": len(speedups),
+        "medianSpeedupVsHf": round(statistics.median(speedups), 3),
+        "identical": sum(identical) / len(identical),
+        "medianReusedPromptShare": round(statistics.median(reused), 3),
+        "acceptedDraftTokensBySource": by_source,
+    }
+
+
 def print_progress(done: int, total: int) -> None:
     sys.stderr.write(f"\rsamples {done}/{total}")
     if done == total:
@@ -321,6 +387,15 @@ def main(argv: list[str]) -> int:
     if args.ablate:
         heads = None if args.no_heads else "auto"
         summary["bySourceAlone"] = ablation(loaded, prompts, rows, args.max_new_tokens, heads)
+    summary["typeThrough"] = type_through(
+        loaded,
+        engine,
+        prompts,
+        rows,
+        args.max_new_tokens,
+        args.budget_tokens,
+        None if args.no_heads else "auto",
+    )
     summary["timeToFirstToken"] = time_to_first_token(loaded, list(files), decoder)
     summary["peakRssMiB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     summary["decoder"] = decoder.describe()
