@@ -91,6 +91,23 @@ def snapkv_generate(
         "kvBytes": cache_bytes(cache),
         "keptPositions": int(cache.layers[0].keys.shape[-2]),
     }
+    decode_greedy(model, logits, cache, position, rules, result, allowed_tokens, uniform=uniform)
+    result.decode_ms = (time.perf_counter() - prefilled) * 1000
+    return result
+
+
+def decode_greedy(
+    model: Any,
+    logits: torch.Tensor,
+    cache: DynamicCache,
+    position: int,
+    rules: StopRules,
+    result: Generation,
+    allowed_tokens: AllowedTokens | None = None,
+    *,
+    uniform: bool = True,
+) -> None:
+    """Greedy from the prompt's last logits [V] on a (compressed) cache; fills `result`."""
     while True:
         allowed = allowed_tokens(result.tokens) if allowed_tokens else None
         token = pick(logits, allowed)
@@ -99,12 +116,11 @@ def snapkv_generate(
             reason = "cancelled"
         if reason is not None:
             result.stop_reason = reason
-            break
+            return
+        # Positions continue from the prompt length, not from the (shorter) cache length.
         logits = feed(model, [token], cache, position, uniform=uniform)[-1]
         position += 1
         result.forward_passes += 1
-    result.decode_ms = (time.perf_counter() - prefilled) * 1000
-    return result
 
 
 class CompressedDraftDecoder:

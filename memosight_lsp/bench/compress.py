@@ -1,0 +1,375 @@
+"""KV compression vs prefix truncation on long prompts, plus a needle test.
+
+memosight bench compress [--model PATH] [--samples N] [--needles N] [--ratios 1,2,4,8]
+                         [--min-tokens N] [--max-tokens N] [--out DIR] [--threads N]
+
+Cases are cut (seeded) from long Python files of third-party packages installed next to
+memosight (pygls, lsprotocol, transformers, ...): evaluation data, never training data. Each
+prompt is the file up to the start of a non-trivial line (2k-8k tokens, capped by the model's
+context), and the model completes that line greedily. For every ratio r it is completed:
+  - snapkv:   full prefill, then the KV cache compressed to 1/r of the prompt (lossy-snapkv)
+  - truncate: only the last 1/r of the prompt tokens (the same KV budget)
+and reports next-line exact match, edit similarity, prefill ms, ms per token and KV bytes.
+The needle test puts a uniquely named function far above the cursor and ends the prompt at a
+call of it (`x = <first part of the name>`); it reports how often each method keeps the name's
+positions (for snapkv: the share of layer/head slots keeping them) and how often the completed
+line spells the name. Prints JSON; with --out also writes summary.json and plots there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from memosight_lsp.engine.compressed_decode import decode_greedy, feed
+from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
+from memosight_lsp.engine.kv_compress import (
+    QueryCapture,
+    SnapKVConfig,
+    compress,
+    kept_fraction,
+    unsupported_reason,
+)
+from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
+from memosight_lsp.engine.prefix_cache import cache_bytes
+
+# Installed third-party packages: evaluation data, never training data (see ENVIRONMENT.md).
+HELD_OUT_PACKAGES = ("pygls", "lsprotocol", "transformers", "tqdm", "click", "jinja2", "_pytest")
+MAX_NEW_TOKENS = 32
+WORDS = (
+    "amber", "basil", "cedar", "delta", "ember", "fjord", "gamut", "harbor", "iris", "juniper",
+    "kelp", "lumen", "maple", "nectar", "onyx", "prism", "quartz", "raven", "sable", "tundra",
+)  # fmt: skip
+
+
+def source_files(min_chars: int) -> list[Path]:
+    files: list[Path] = []
+    for name in HELD_OUT_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            for path in sorted(Path(folder).rglob("*.py")):
+                if path.stat().st_size >= min_chars and "/tests/" not in path.as_posix():
+                    files.append(path)
+    return files
+
+
+def edit_similarity(a: str, b: str) -> float:
+    """1 - Levenshtein distance / longer length."""
+    if not a and not b:
+        return 1.0
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return 1.0 - previous[-1] / max(len(a), len(b))
+
+
+def make_cases(loaded: LoadedModel, count: int, low: int, high: int, seed: int) -> list[dict]:
+    """Prompts ending at the start of a line (after its indentation) and the line to complete."""
+    rng = random.Random(seed)
+    tokenizer = loaded.tokenizer
+    files = source_files(min_chars=low * 3)
+    rng.shuffle(files)
+    cases: list[dict] = []
+    for path in files:
+        if len(cases) >= count:
+            break
+        text = path.read_text(errors="replace")
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) < low + 50:
+            continue
+        # Candidate lines: non-trivial code lines whose start lies within [low, high] tokens.
+        lines = text.splitlines(keepends=True)
+        offsets = [0]
+        for line in lines:
+            offsets.append(offsets[-1] + len(line))
+        chars_per_token = len(text) / len(ids)
+        candidates = [
+            i
+            for i, line in enumerate(lines)
+            if len(line.strip()) >= 12
+            and not line.strip().startswith(("#", '"""', "'''"))
+            and low * chars_per_token * 1.1 <= offsets[i] <= high * chars_per_token * 0.9
+        ]
+        if not candidates:
+            continue
+        i = rng.choice(candidates)
+        # End at the previous line's end: the model writes the newline and indentation itself
+        # (ending inside the indentation splits a whitespace token the model never saw split).
+        prompt = text[: offsets[i] - 1]
+        prompt_ids = tokenizer.encode(prompt, add_special_tokens=True)
+        if not low <= len(prompt_ids) <= high:
+            continue
+        cases.append(
+            {
+                "file": f"{path.parent.name}/{path.name}",
+                "prompt_ids": prompt_ids,
+                "target": lines[i].strip(),
+                "next_line": True,
+            }
+        )
+    return cases
+
+
+def make_needles(loaded: LoadedModel, count: int, low: int, high: int, seed: int) -> list[dict]:
+    """A unique function defined far above the cursor; the prompt ends at a call of it."""
+    rng = random.Random(seed + 1)
+    tokenizer = loaded.tokenizer
+    files = source_files(min_chars=high * 4)
+    cases: list[dict] = []
+    for n in range(count):
+        name = f"{rng.choice(WORDS)}_{rng.choice(WORDS)}_{rng.choice(WORDS)}_{n}"
+        definition = f"def {name}(payload, retries=3):\n    return payload * retries\n\n\n"
+        filler_text = rng.choice(files).read_text(errors="replace")
+        filler_ids = tokenizer.encode(filler_text, add_special_tokens=False)
+        length = rng.randint(low, min(high - 64, len(filler_ids)))
+        depth = rng.uniform(0.05, 0.6)  # where the definition sits, as a share of the prompt
+        before = tokenizer.decode(filler_ids[: int(length * depth)])
+        before = before[: before.rfind("\n") + 1]
+        after = tokenizer.decode(filler_ids[int(length * depth) : length])
+        after = after[: after.rfind("\n") + 1]
+        hint = name.split("_")[0]
+        tail = f"\n\ndef use_it(data):\n    value = {hint}"
+        head = before + "def "
+        prompt = before + definition + after + tail
+        prompt_ids = tokenizer.encode(prompt, add_special_tokens=True)
+        start = len(tokenizer.encode(head, add_special_tokens=True))
+        end = len(tokenizer.encode(head + name, add_special_tokens=True))
+        cases.append(
+            {
+                "prompt_ids": prompt_ids,
+                "target": name[len(hint) :] + "(",
+                "name": name,
+                "needle_positions": list(range(start - 1, end)),
+            }
+        )
+    return cases
+
+
+def completed_line(text: str, next_line: bool) -> str | None:
+    """The completed line once it is finished (None while it is not): the rest of the cursor's
+    line, or for next-line cases the first non-blank line after the first newline."""
+    lines = text.split("\n")
+    if not next_line:
+        return lines[0].strip() if len(lines) > 1 else None
+    for line in lines[1:-1]:
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def stop_rule(loaded: LoadedModel, next_line: bool):
+    def should_stop(tokens) -> bool:
+        return completed_line(loaded.tokenizer.decode(list(tokens)), next_line) is not None
+
+    return should_stop
+
+
+def output_line(loaded: LoadedModel, tokens: list[int], next_line: bool) -> str:
+    text = loaded.tokenizer.decode(tokens) + "\n"
+    return completed_line(text, next_line) or ""
+
+
+def row(method: str, ratio: float, gen: Generation, line: str, target: str, kv: int) -> dict:
+    per_token = gen.decode_ms / max(gen.forward_passes - 1, 1)
+    return {
+        "method": method,
+        "ratio": ratio,
+        "exact": float(line == target),
+        "editSimilarity": edit_similarity(line, target),
+        "prefillMs": gen.prefill_ms,
+        "msPerToken": per_token,
+        "kvBytes": kv,
+        "output": line,
+    }
+
+
+@torch.inference_mode()
+def run_case(loaded: LoadedModel, case: dict, ratios: list[float], window: int) -> list[dict]:
+    """Every method at every ratio on one case."""
+    model = loaded.model
+    prompt = case["prompt_ids"]
+    target = case["target"]
+    next_line = bool(case.get("next_line"))
+    rules = StopRules(
+        max_new_tokens=MAX_NEW_TOKENS,
+        stop_token_ids=loaded.stop_token_ids,
+        should_stop=stop_rule(loaded, next_line),
+    )
+    rows: list[dict] = []
+    # One full prefill (queries captured) serves every snapkv ratio; each ratio adds its own
+    # compression time to the prefill time it reports.
+    started = time.perf_counter()
+    full = DynamicCache(config=model.config)
+    with QueryCapture(model, window) as capture:
+        logits = feed(model, prompt, full, 0)[-1]
+    prefill_ms = (time.perf_counter() - started) * 1000
+    needle = case.get("needle_positions")
+    for ratio in ratios:
+        if ratio == 1:
+            continue
+        # snapkv
+        t0 = time.perf_counter()
+        config = SnapKVConfig(ratio=ratio, window=window, recent=window)
+        compressed = compress(model, full, capture, len(prompt), config)
+        gen = Generation(tokens=[], prompt_tokens=len(prompt), forward_passes=1)
+        gen.prefill_ms = prefill_ms + (time.perf_counter() - t0) * 1000
+        t1 = time.perf_counter()
+        decode_greedy(model, logits, compressed.cache, len(prompt), rules, gen)
+        gen.decode_ms = (time.perf_counter() - t1) * 1000
+        kv = cache_bytes(compressed.cache)
+        out = row("snapkv", ratio, gen, output_line(loaded, gen.tokens, next_line), target, kv)
+        out["needleKept"] = kept_fraction(compressed, needle) if needle else None
+        rows.append(out)
+        del compressed
+        # truncate to the same number of positions
+        keep = max(1, round(len(prompt) / ratio))
+        gen = greedy_generate(model, prompt[-keep:], rules)
+        kv = cache_bytes(full) * keep // len(prompt)
+        out = row("truncate", ratio, gen, output_line(loaded, gen.tokens, next_line), target, kv)
+        out["needleKept"] = float(min(needle) >= len(prompt) - keep) if needle else None
+        rows.append(out)
+    # Uncompressed last: decoding appends to the full cache the ratios above compressed.
+    gen = Generation(tokens=[], prompt_tokens=len(prompt), forward_passes=1, prefill_ms=prefill_ms)
+    kv = cache_bytes(full)
+    t1 = time.perf_counter()
+    decode_greedy(model, logits, full, len(prompt), rules, gen)
+    gen.decode_ms = (time.perf_counter() - t1) * 1000
+    out = row("full", 1, gen, output_line(loaded, gen.tokens, next_line), target, kv)
+    out["needleKept"] = 1.0 if needle else None
+    rows.append(out)
+    return rows
+
+
+def summarise(rows: list[dict], keys: tuple[str, ...]) -> dict:
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(f"{r['method']}@{r['ratio']:g}x", []).append(r)
+    out = {}
+    for name, members in sorted(groups.items(), key=lambda kv: (kv[1][0]["ratio"], kv[0])):
+        out[name] = {"method": members[0]["method"], "ratio": members[0]["ratio"]}
+        out[name]["n"] = len(members)
+        for key in keys:
+            values = [m[key] for m in members if m.get(key) is not None]
+            if values:
+                out[name][key] = round(statistics.fmean(values), 4)
+    return out
+
+
+def plot(summary: dict, needle: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    panels = (
+        ("exact", summary, "next-line exact match"),
+        ("editSimilarity", summary, "edit similarity"),
+        ("msPerToken", summary, "ms per generated token"),
+        ("needleKept", needle, "needle kept"),
+    )
+    for ax, (key, table, title) in zip(axes, panels, strict=True):
+        for method, style in (("snapkv", "o-"), ("truncate", "s--")):
+            points = sorted(
+                (v["ratio"], v[key])
+                for name, v in table.items()
+                if key in v and (name.startswith(method) or name.startswith("full"))
+            )
+            if points:
+                ax.plot([p[0] for p in points], [p[1] for p in points], style, label=method)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("KV compression ratio")
+        ax.set_title(title)
+        ax.legend()
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / "compress.png", dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="memosight bench compress", description=__doc__)
+    parser.add_argument("--model", help="model folder (default: the embedded model)")
+    parser.add_argument("--samples", type=int, default=30, help="next-line cases")
+    parser.add_argument("--needles", type=int, default=10, help="needle cases")
+    parser.add_argument("--ratios", default="1,2,4,8", help="comma-separated KV ratios")
+    parser.add_argument("--min-tokens", type=int, default=2048)
+    parser.add_argument("--max-tokens", type=int, default=8192, help="capped by the model")
+    parser.add_argument("--window", type=int, default=32, help="SnapKV observation window")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--out", type=Path, help="write summary.json and compress.png here")
+    args = parser.parse_args(argv)
+    try:
+        ratios = sorted({float(r) for r in args.ratios.split(",")} | {1.0})
+    except ValueError:
+        parser.error(f"--ratios must be numbers, got {args.ratios!r}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        loaded = load_model(args.model, device="cpu")
+    except ModelLoadError as err:
+        sys.stderr.write(f"memosight bench compress: {err}\n")
+        return 2
+    reason = unsupported_reason(loaded.model)
+    if reason:
+        sys.stderr.write(f"memosight bench compress: {reason}\n")
+        return 2
+    context = int(getattr(loaded.model.config, "max_position_embeddings", 4096))
+    high = min(args.max_tokens, context - MAX_NEW_TOKENS - 1)
+    low = min(args.min_tokens, high // 2)
+    cases = make_cases(loaded, args.samples, low, high, args.seed)
+    needles = make_needles(loaded, args.needles, low, high, args.seed)
+    keys = ("exact", "editSimilarity", "prefillMs", "msPerToken", "kvBytes", "needleKept")
+    rows: list[dict] = []
+    needle_rows: list[dict] = []
+    for i, case in enumerate(cases, 1):
+        rows += run_case(loaded, case, ratios, args.window)
+        sys.stderr.write(f"\rcases {i}/{len(cases)}")
+    for i, case in enumerate(needles, 1):
+        sys.stderr.write(f"\rneedles {i}/{len(needles)}")
+        for r in run_case(loaded, case, ratios, args.window):
+            r["spelled"] = float(r["output"].startswith(case["target"]))
+            needle_rows.append(r)
+    sys.stderr.write("\n")
+    summary = summarise(rows, keys[:-1])
+    needle = summarise(needle_rows, ("needleKept", "spelled", "editSimilarity"))
+    result: dict[str, Any] = {
+        "model": loaded.name,
+        "modelContext": context,
+        "promptTokens": {
+            "min": min((len(c["prompt_ids"]) for c in cases), default=0),
+            "max": max((len(c["prompt_ids"]) for c in cases), default=0),
+            "mean": round(statistics.fmean(len(c["prompt_ids"]) for c in cases)) if cases else 0,
+        },
+        "samples": len(cases),
+        "needles": len(needles),
+        "threads": torch.get_num_threads(),
+        "nextLine": summary,
+        "needle": needle,
+    }
+    text = json.dumps(result, indent=2)
+    sys.stdout.write(text + "\n")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "summary.json").write_text(text + "\n")
+        (args.out / "rows.json").write_text(json.dumps(rows + needle_rows, indent=1) + "\n")
+        plot(summary, needle, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
