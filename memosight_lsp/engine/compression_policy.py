@@ -1,0 +1,88 @@
+"""When each compression stage runs: only where `memosight bench compress` measured a gain.
+
+Measured on CPU (5.5M-param default model, 4 layers, 2 shared cores; docs/compression.md):
+- SnapKV scoring adds a fixed cost on top of the full prefill (capturing the window queries and
+  one [w x n] softmax per layer) and saves a little attention per generated token; the saving is
+  worth it only when the prompt is long: below ~2k tokens the KV cache is a few MB and decoding
+  cost is dominated by the per-layer framework overhead, not by attention over the cache.
+- Lossy SnapKV changes outputs, so it never turns on by itself: the user picks "lossy-snapkv".
+  "lossless-draft" cannot change outputs; it pays when a draft pass on the small cache is much
+  cheaper than a verify pass on the full one (long prompts, larger models, GPU).
+- Model-scored chunk ranking costs one forward pass per candidate; it runs only when the
+  structural ranker offers clearly more than fits and the budget is large.
+- Recursive compression (signatures, then drop) runs whenever the candidates overflow the
+  budget: it is string work, no model passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .kv_compress import SnapKVConfig, unsupported_reason
+
+KvMode = Literal["off", "lossless-draft", "lossy-snapkv"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thresholds:
+    kv_min_prompt_tokens: int = 2048  # below: compression overhead > savings (measured)
+    kv_ratio: float = 4.0
+    chunk_min_budget_tokens: int = 2048  # small budgets: the structural ranker is enough
+    chunk_min_overflow: float = 1.5  # candidate tokens / room before model scoring pays
+    chunk_max_candidates: int = 32  # one forward pass each: cap the latency
+
+
+@dataclass(kw_only=True)
+class Plan:
+    kv_mode: KvMode = "off"
+    kv_config: SnapKVConfig | None = None
+    chunk_scoring: bool = False
+    recursive: bool = False
+    reasons: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kvMode": self.kv_mode,
+            "kvRatio": self.kv_config.ratio if self.kv_config else None,
+            "chunkScoring": self.chunk_scoring,
+            "recursive": self.recursive,
+            "reasons": self.reasons,
+        }
+
+
+def plan(
+    *,
+    requested_kv: KvMode,
+    prompt_tokens: int,
+    budget_tokens: int,
+    candidate_tokens: int = 0,
+    candidates: int = 0,
+    model: Any = None,
+    thresholds: Thresholds | None = None,
+) -> Plan:
+    """Which stages run for one request; every decision gives its reason."""
+    t = thresholds or Thresholds()
+    out = Plan()
+    if requested_kv == "off":
+        out.reasons.append("kv: off in settings")
+    elif prompt_tokens < t.kv_min_prompt_tokens:
+        out.reasons.append(f"kv: prompt {prompt_tokens} < {t.kv_min_prompt_tokens} tokens")
+    elif model is not None and (why := unsupported_reason(model)):
+        out.reasons.append(f"kv: {why}")
+    else:
+        out.kv_mode = requested_kv
+        out.kv_config = SnapKVConfig(ratio=t.kv_ratio)
+        out.reasons.append(f"kv: {requested_kv} at {t.kv_ratio:g}x")
+    overflow = candidate_tokens / max(budget_tokens, 1)
+    out.recursive = candidate_tokens > budget_tokens
+    if budget_tokens < t.chunk_min_budget_tokens:
+        out.reasons.append(f"chunks: budget {budget_tokens} < {t.chunk_min_budget_tokens}")
+    elif overflow < t.chunk_min_overflow:
+        out.reasons.append(f"chunks: candidates fill {overflow:.2f}x of the budget")
+    elif candidates > t.chunk_max_candidates:
+        out.reasons.append(f"chunks: {candidates} candidates > {t.chunk_max_candidates}")
+    else:
+        out.chunk_scoring = True
+        out.reasons.append(f"chunks: model-scored ({candidates} candidates, {overflow:.2f}x)")
+    return out

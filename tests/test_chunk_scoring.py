@@ -1,0 +1,70 @@
+"""Model-scored chunk ranking: exact perplexity arithmetic, ordering, and a real-model check."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from memosight_lsp.engine.chunk_scoring import ChunkScorer, rerank, text_scorer
+from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR, load_model
+
+
+def test_nll_matches_a_full_forward(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu")
+    scorer = ChunkScorer(loaded.model)
+    context = loaded.tokenizer.encode("def add(a, b):\n    return a + b\n")
+    target = loaded.tokenizer.encode("x = add(1, 2)\n")
+    with torch.inference_mode():
+        logits = loaded.model(input_ids=torch.tensor([context + target])).logits[0]
+    rows = logits[len(context) - 1 : len(context) + len(target) - 1]
+    want = float(F.cross_entropy(rows.float(), torch.tensor(target)))
+    assert scorer.nll(context, target) == pytest.approx(want, rel=1e-5)
+
+
+def test_scores_are_gains_over_no_context(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu")
+    scorer = ChunkScorer(loaded.model)
+    encode = loaded.tokenizer.encode
+    chunks = [encode("import os\n"), encode("class Point:\n    x: int\n")]
+    target = encode("p = Point(x=1)\n")
+    scores = scorer.score(chunks, target)
+    baseline = scorer.nll([], target)
+    assert scores == pytest.approx([baseline - scorer.nll(c, target) for c in chunks])
+    assert scorer.score(chunks, []) == [0.0, 0.0]
+
+
+def test_rerank_orders_by_score_stably():
+    table = {"a": 0.1, "b": 0.5, "c": 0.1, "d": -1.0}
+
+    def scorer(texts, target):
+        return [table[t] for t in texts]
+
+    assert rerank(["a", "b", "c", "d"], "t", scorer) == [1, 0, 2, 3]
+    assert rerank(["a", "b", "c", "d"], "t", scorer, keep=2) == [1, 0]
+
+
+def trained_model_dir() -> Path | None:
+    """The embedded model, or MEMOSIGHT_TEST_MODEL (a trained model folder) before it ships."""
+    extra = os.environ.get("MEMOSIGHT_TEST_MODEL")
+    for folder in (EMBEDDED_MODEL_DIR, *([Path(extra)] if extra else [])):
+        if (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file():
+            return folder
+    return None
+
+
+@pytest.mark.skipif(trained_model_dir() is None, reason="needs a trained model")
+def test_a_trained_model_prefers_the_definition_the_target_uses():
+    loaded = load_model(trained_model_dir(), device="cpu")
+    score = text_scorer(ChunkScorer(loaded.model), loaded.tokenizer.encode)
+    needed = (
+        "def frobnicate_widget(widget, depth):\n"
+        '    """Frobnicate a widget to the given depth."""\n'
+        "    return widget.frobnicate(depth)\n"
+    )
+    unrelated = "import json\n\nDEFAULT_TIMEOUT = 30\nLOG_FORMAT = '%(message)s'\n"
+    target = "        result = frobnicate_widget(widget, depth=3)\n"
+    assert rerank([unrelated, needed], target, score) == [1, 0]
