@@ -67,8 +67,9 @@ class HeadsState:
 def token_windows(docs: list[str], tokenizer, seq_len: int, rng: random.Random) -> list[list[int]]:
     """Cut the token stream of the documents into windows of seq_len + 1 tokens."""
     stream: list[int] = []
-    for doc in docs:
-        stream.extend(tokenizer.encode(doc, add_special_tokens=False))
+    for start in range(0, len(docs), 256):  # batches: the Rust tokenizer runs them in parallel
+        for ids in tokenizer(docs[start : start + 256], add_special_tokens=False)["input_ids"]:
+            stream.extend(ids)
     windows = [stream[i : i + seq_len] for i in range(0, len(stream) - seq_len, seq_len)]
     rng.shuffle(windows)
     return windows
