@@ -181,3 +181,28 @@ def test_previous_suggestion_is_drafted_again(tiny_model_dir):
     assert again.tokens == first.tokens
     assert again.stats["acceptedBySource"].get("previous", 0) >= 15
     assert again.forward_passes <= 5
+
+
+def test_sliding_window_models_fall_back_to_greedy(tmp_path):
+    from tiny_models import tiny_tokenizer
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = tiny_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        use_sliding_window=True,
+        sliding_window=16,
+        max_window_layers=0,
+    )
+    model = Qwen2ForCausalLM(config).eval()
+    decoder = SpeculativeDecoder(cost_model=FLAT_COST)
+    prompt = tok.encode((STDLIB / "glob.py").read_text()[:600])
+    rules = StopRules(max_new_tokens=20)
+    got = decoder(model, prompt, rules, buffer_id="x")
+    assert got.tokens == greedy_generate(model, prompt, rules).tokens
+    assert "speculative" not in got.stats

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from .drafters import (
     AcceptanceStats,
@@ -30,7 +31,14 @@ from .drafters import (
     build_tree,
     ngram_candidates,
 )
-from .greedy import AllowedTokens, Generation, StopRules, pick, stop_reason_for
+from .greedy import (
+    AllowedTokens,
+    Generation,
+    StopRules,
+    greedy_generate,
+    pick,
+    stop_reason_for,
+)
 from .heads import find_heads
 from .prefix_cache import PrefixCache
 
@@ -51,6 +59,12 @@ class ModelRunner:
         # eager attention adds the mask as-is: it needs 0 / -inf-like floats, not bools.
         self.mask_dtype = dtype if eager else torch.bool
         self.mask_min = torch.finfo(dtype).min
+        # Tree rollback edits the cache in place: only plain full-length layers support that
+        # (sliding-window, quantized or linear-attention layers fall back to greedy decoding).
+        layers = DynamicCache(config=model.config).layers
+        self.supported = self.lm_head is not None and all(
+            type(layer) is DynamicLayer for layer in layers
+        )
 
     @torch.inference_mode()
     def prefill(self, ids: Sequence[int], cache: DynamicCache) -> tuple[torch.Tensor, torch.Tensor]:
@@ -209,7 +223,7 @@ class SpeculativeDecoder:
                 self.heads = find_heads(model)
             self.prefix_cache.clear()
             self.previous.clear()
-            if self.cost_model is None:
+            if self.cost_model is None and self._runner.supported:
                 self.cost_model = self._runner.calibrate() if self.calibrate else CostModel()
         return self._runner
 
@@ -226,6 +240,8 @@ class SpeculativeDecoder:
         if rules.max_new_tokens <= 0 or not prompt_ids:
             return result
         runner = self.runner(model)
+        if not runner.supported:
+            return greedy_generate(model, prompt_ids, rules, allowed_tokens=allowed_tokens)
         cost = self.cost_model or CostModel()
         started = time.perf_counter()
         cache, reused = self.prefix_cache.take(buffer_id, model, prompt_ids)
