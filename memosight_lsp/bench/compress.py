@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from memosight_lsp.engine.compressed_decode import decode_greedy, feed
+from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, decode_greedy, feed
 from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
 from memosight_lsp.engine.kv_compress import (
     QueryCapture,
@@ -197,7 +197,9 @@ def row(method: str, ratio: float, gen: Generation, line: str, target: str, kv: 
 
 
 @torch.inference_mode()
-def run_case(loaded: LoadedModel, case: dict, ratios: list[float], window: int) -> list[dict]:
+def run_case(
+    loaded: LoadedModel, case: dict, ratios: list[float], window: int, lossless_ratio: float = 0
+) -> list[dict]:
     """Every method at every ratio on one case."""
     model = loaded.model
     prompt = case["prompt_ids"]
@@ -214,7 +216,7 @@ def run_case(loaded: LoadedModel, case: dict, ratios: list[float], window: int) 
     started = time.perf_counter()
     full = DynamicCache(config=model.config)
     with QueryCapture(model, window) as capture:
-        logits = feed(model, prompt, full, 0)[-1]
+        logits = feed(model, prompt, full, 0, last_only=True)[-1]
     prefill_ms = (time.perf_counter() - started) * 1000
     needle = case.get("needle_positions")
     for ratio in ratios:
@@ -250,6 +252,17 @@ def run_case(loaded: LoadedModel, case: dict, ratios: list[float], window: int) 
     out = row("full", 1, gen, output_line(loaded, gen.tokens, next_line), target, kv)
     out["needleKept"] = 1.0 if needle else None
     rows.append(out)
+    if lossless_ratio:
+        # Lossless: drafts on the compressed cache, verified on the full one (same output).
+        decoder = CompressedDraftDecoder(config=SnapKVConfig(ratio=lossless_ratio, window=window))
+        draft = decoder(model, prompt, rules)
+        line = output_line(loaded, draft.tokens, next_line)
+        lossless = row("lossless-draft", lossless_ratio, draft, line, target, cache_bytes(full))
+        lossless["identical"] = float(draft.tokens == gen.tokens)
+        lossless["accepted"] = draft.stats["acceptedDraftTokens"] / max(
+            draft.stats["draftedTokens"], 1
+        )
+        rows.append(lossless)
     return rows
 
 
@@ -282,7 +295,7 @@ def plot(summary: dict, needle: dict, out: Path) -> None:
         ("needleKept", needle, "needle kept"),
     )
     for ax, (key, table, title) in zip(axes, panels, strict=True):
-        for method, style in (("snapkv", "o-"), ("truncate", "s--")):
+        for method, style in (("snapkv", "o-"), ("truncate", "s--"), ("lossless-draft", "^:")):
             points = sorted(
                 (v["ratio"], v[key])
                 for name, v in table.items()
@@ -309,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-tokens", type=int, default=2048)
     parser.add_argument("--max-tokens", type=int, default=8192, help="capped by the model")
     parser.add_argument("--window", type=int, default=32, help="SnapKV observation window")
+    parser.add_argument(
+        "--lossless-ratio", type=float, default=4.0, help="also time lossless-draft (0: skip)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--out", type=Path, help="write summary.json and compress.png here")
@@ -337,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     needle_rows: list[dict] = []
     for i, case in enumerate(cases, 1):
-        rows += run_case(loaded, case, ratios, args.window)
+        rows += run_case(loaded, case, ratios, args.window, args.lossless_ratio)
         sys.stderr.write(f"\rcases {i}/{len(cases)}")
     for i, case in enumerate(needles, 1):
         sys.stderr.write(f"\rneedles {i}/{len(needles)}")
@@ -345,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             r["spelled"] = float(r["output"].startswith(case["target"]))
             needle_rows.append(r)
     sys.stderr.write("\n")
-    summary = summarise(rows, keys[:-1])
+    summary = summarise(rows, (*keys[:-1], "identical", "accepted"))
     needle = summarise(needle_rows, ("needleKept", "spelled", "editSimilarity"))
     result: dict[str, Any] = {
         "model": loaded.name,

@@ -27,16 +27,28 @@ from .prefix_cache import PrefixCache, cache_bytes
 
 @torch.inference_mode()
 def feed(
-    model: Any, ids: Sequence[int], cache: DynamicCache, position: int, *, uniform: bool = True
+    model: Any,
+    ids: Sequence[int],
+    cache: DynamicCache,
+    position: int,
+    *,
+    uniform: bool = True,
+    last_only: bool = False,
 ) -> torch.Tensor:
-    """Run `ids` at rotary positions position.. on top of `cache`; logits [S, V]."""
+    """Run `ids` at rotary positions position.. on top of `cache`; logits [S, V] ([1, V])."""
     device = next(model.parameters()).device
     if not uniform and len(ids) > 1:  # one causal mask serves all layers: go one token at a time
         rows = [feed(model, [t], cache, position + i) for i, t in enumerate(ids)]
-        return torch.cat(rows)
+        return rows[-1] if last_only else torch.cat(rows)
     input_ids = torch.tensor([list(ids)], device=device)  # [1, S]
     positions = torch.arange(position, position + len(ids), device=device)[None]  # [1, S]
-    out = model(input_ids=input_ids, position_ids=positions, cache=cache, use_cache=True)
+    out = model(
+        input_ids=input_ids,
+        position_ids=positions,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1 if last_only else 0,
+    )
     return out.logits[0].float()  # [S, V]
 
 
@@ -52,7 +64,7 @@ def prefill_and_compress(
     """Last-position logits [V], the full cache and a compressed copy of it."""
     cache = cache if cache is not None else DynamicCache(config=model.config)
     with QueryCapture(model, config.window) as capture:
-        logits = feed(model, prompt_ids[reused:], cache, reused)[-1]
+        logits = feed(model, prompt_ids[reused:], cache, reused, last_only=True)[-1]
     return logits, cache, compress(model, cache, capture, len(prompt_ids), config)
 
 
@@ -78,7 +90,7 @@ def snapkv_generate(
         cache, position, uniform = compressed.cache, compressed.next_position, compressed.uniform
     else:
         cache = DynamicCache(config=model.config)
-        logits = feed(model, prompt_ids, cache, 0)[-1]
+        logits = feed(model, prompt_ids, cache, 0, last_only=True)[-1]
         full_bytes = cache_bytes(cache)
         position, uniform = len(prompt_ids), True
     result.forward_passes = 1
@@ -167,7 +179,7 @@ class CompressedDraftDecoder:
                 model, prompt_ids, self.config, cache=full, reused=reused
             )
         else:
-            logits = feed(model, prompt_ids[reused:], full, reused)[-1]
+            logits = feed(model, prompt_ids[reused:], full, reused, last_only=True)[-1]
         result.forward_passes = 1
         prefilled = time.perf_counter()
         result.prefill_ms = (prefilled - started) * 1000
@@ -240,7 +252,9 @@ class CompressedDraftDecoder:
     ) -> tuple[list[int], int]:
         """Up to `room` greedy tokens from the compressed cache; returns them and ids it holds."""
         missing = committed[draft_fed:]  # the draft cache lags by the last committed ids
-        logits = feed(model, missing, draft.cache, draft_fed, uniform=draft.uniform)[-1]
+        logits = feed(
+            model, missing, draft.cache, draft_fed, uniform=draft.uniform, last_only=True
+        )[-1]
         draft_fed = len(committed)
         proposal: list[int] = []
         hypothetical = list(generated)
