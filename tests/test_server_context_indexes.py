@@ -4,12 +4,14 @@ through the index thread, huge buffers skipped, scans reported."""
 from __future__ import annotations
 
 import threading
+import time
 
 from lsprotocol import types
 from pygls.workspace import PositionCodec
 
 from memosight_lsp.server.indexes import Change, WorkspaceIndexes, to_edits
-from memosight_lsp.workspace import Buffer, language_for
+from memosight_lsp.workspace import Buffer, WorkspaceIndex, language_for
+from memosight_lsp.workspace.watcher import watch_plan
 
 
 def change(start: tuple[int, int], end: tuple[int, int], text: str) -> Change:
@@ -70,3 +72,36 @@ def test_buffers_follow_edits_and_huge_ones_are_skipped(tmp_path):
         assert index.files_defining("fresh") == []
     finally:
         indexes.stop()
+
+
+def test_watcher_skips_vendored_folders_and_follows_new_ones(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text("def m():\n    pass\n")
+    (tmp_path / ".venv" / "lib").mkdir(parents=True)
+    (tmp_path / "tools" / "node_modules" / "x").mkdir(parents=True)
+    plan = dict(watch_plan(str(tmp_path)))
+    assert plan == {
+        str(tmp_path): False,
+        str(tmp_path / "pkg"): True,
+        str(tmp_path / "tools"): False,
+    }
+    index = WorkspaceIndex(tmp_path, use_cache=False)
+    index.scan()
+    index.start_watching(debounce_s=0.05)
+    try:
+        (tmp_path / "fresh").mkdir()  # a new top-level folder: watched once created
+        time.sleep(0.3)
+        (tmp_path / "fresh" / "f.py").write_text("def fresh():\n    pass\n")
+        time.sleep(0.3)
+        (tmp_path / "fresh" / "f.py").write_text("def fresher():\n    pass\n")
+        deadline = time.monotonic() + 10
+        while not index.definitions("fresher") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert index.definitions("fresher") and not index.definitions("fresh")
+        (tmp_path / "tools" / "t.py").write_text("def tool():\n    pass\n")
+        deadline = time.monotonic() + 10
+        while not index.definitions("tool") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert index.definitions("tool")
+    finally:
+        index.stop_watching()

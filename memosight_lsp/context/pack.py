@@ -39,9 +39,11 @@ MIN_PREFIX_SHARE = 1 / 4
 HEAD_SHARE = 1 / 8
 MAX_FULL_SHARE = 1 / 2
 MAX_FULL_UPGRADES = 6
+# No tokenizer packs code denser than this: longer texts cannot fit and are not counted.
+MAX_CHARS_PER_TOKEN = 12
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # identity: membership tests must not compare texts
 class _Piece:
     """One chunk chosen for the prompt."""
 
@@ -281,6 +283,10 @@ class _Selector:
             text = self.render(c, level)
             if not text or text == piece.text:
                 piece.level = level
+                continue
+            # Counting a huge class only to drop it costs more than the rest of the packing.
+            limit_tokens = budget * MAX_FULL_SHARE if level == 3 else budget - used + piece.tokens
+            if len(text) > limit_tokens * MAX_CHARS_PER_TOKEN:
                 continue
             tokens = self.counter.piece(text)
             members = []

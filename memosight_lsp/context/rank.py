@@ -125,11 +125,10 @@ class Ranker:
         lines, line, keywords = self.lines, self.line, self.spec.keywords
 
         def take(text: str, weight: float) -> None:
-            for m in _WORD.finditer(text):
-                word = m.group(2)
+            for dot, word in _WORD.findall(text):
                 if word in keywords:
                     continue
-                if m.group(1):
+                if dot:
                     attrs[word] += weight
                 else:
                     bare[word] += weight
@@ -471,7 +470,7 @@ def _name_table(outline: FileSymbols) -> dict[str, list[int]]:
 
 def _pairs(text: str) -> list[tuple[str, str]]:
     """`base.attr` / `base::attr` / `base->attr` pairs of a line of code."""
-    return [(m.group(1), m.group(2)) for m in _PAIR.finditer(text)]
+    return _PAIR.findall(text)
 
 
 def _shared_depth(a: str, b: str) -> int:

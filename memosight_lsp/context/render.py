@@ -3,6 +3,8 @@ for classes the headers of their members)."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from memosight_lsp.workspace import Definition, FileSymbols
 
 MAX_DOC_LINES = 6
@@ -81,10 +83,29 @@ def render_signature(
     return join_lines(out)
 
 
+_children_memo: OrderedDict[int, tuple[FileSymbols, dict[int, list[Definition]]]] = OrderedDict()
+
+
+def _children(symbols: FileSymbols) -> dict[int, list[Definition]]:
+    """parent index -> member definitions, memoised per outline (a scan per stub was quadratic
+    in big files)."""
+    hit = _children_memo.get(id(symbols))
+    if hit is not None and hit[0] is symbols:
+        return hit[1]
+    table: dict[int, list[Definition]] = {}
+    for d in symbols.definitions:
+        if d.parent >= 0:
+            table.setdefault(d.parent, []).append(d)
+    _children_memo[id(symbols)] = (symbols, table)
+    if len(_children_memo) > 256:
+        _children_memo.popitem(last=False)
+    return table
+
+
 def _members(symbols: FileSymbols, index: int) -> list[Definition]:
     """Members shown in a type's stub: fields and the constructor first, then public methods,
     private ones last; at most MAX_MEMBERS, in source order."""
-    members = [m for m in symbols.definitions if m.parent == index]
+    members = _children(symbols).get(index, [])
     if len(members) <= MAX_MEMBERS:
         return members
 

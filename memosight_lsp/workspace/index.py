@@ -311,7 +311,11 @@ class WorkspaceIndex:
             data = file.read_bytes()
         except OSError:
             return None
-        if symbols is not None and content_digest(data) != symbols.digest:
+        unchanged = symbols is not None and (symbols.size, symbols.mtime_ns) == (
+            stat.st_size,
+            stat.st_mtime_ns,
+        )
+        if symbols is not None and not unchanged and content_digest(data) != symbols.digest:
             self.update_file(rel)  # changed behind our back (watcher not yet flushed)
         text = data.decode("utf-8", "replace")
         with self._lock:

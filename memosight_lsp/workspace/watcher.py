@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _UPDATE, _REMOVE, _REMOVE_DIR, _SCAN_DIR = "update", "remove", "remove_dir", "scan_dir"
+MAX_WATCHES = 256  # watchdog runs one emitter thread per watch
 
 
 class Watcher(FileSystemEventHandler):
@@ -40,13 +41,19 @@ class Watcher(FileSystemEventHandler):
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
         self._observer: Observer | None = None  # type: ignore[valid-type]
+        self._shallow: set[str] = set()  # folders watched without their subfolders
 
     def start(self) -> None:
         observer = Observer()
-        observer.schedule(self, str(self.index.root), recursive=True)
+        plan = watch_plan(str(self.index.root))
+        for folder, recursive in plan:
+            observer.schedule(self, folder, recursive=recursive)
+            if not recursive:
+                self._shallow.add(folder)
         observer.daemon = True
         observer.start()
         self._observer = observer
+        log.debug("watching %s with %d watches", self.index.root, len(plan))
 
     def stop(self) -> None:
         if self._observer is not None:
@@ -78,8 +85,20 @@ class Watcher(FileSystemEventHandler):
         elif event.is_directory:
             if kind == "created":
                 self._queue(src, _SCAN_DIR)
+                self._watch_new_folder(src)
         else:  # created, modified, closed
             self._queue(src, _UPDATE)
+
+    def _watch_new_folder(self, folder: str) -> None:
+        """A folder created where only the parent itself is watched gets its own watch."""
+        observer = self._observer
+        parent, name = os.path.split(folder.rstrip(os.sep))
+        if observer is None or parent not in self._shallow or name in VENDORED_DIRS:
+            return
+        try:
+            observer.schedule(self, folder, recursive=True)
+        except OSError:  # gone again, or out of inotify watches
+            log.debug("cannot watch %s", folder, exc_info=True)
 
     def _queue(self, path: str, action: str) -> None:
         with self._lock:
@@ -115,3 +134,42 @@ class Watcher(FileSystemEventHandler):
                 log.exception("index update for %s failed", path)
         if self.on_change is not None and changed:
             self.on_change(changed)
+
+
+def watch_plan(root: str, max_watches: int = MAX_WATCHES) -> list[tuple[str, bool]]:
+    """(folder, recursive) watches that cover every folder under root except vendored ones.
+
+    A recursive watch on the root would also watch .venv, node_modules and build outputs (tens of
+    thousands of folders: slow to set up, can exhaust inotify watches). Folders with a vendored
+    folder somewhere below are watched alone, the others recursively.
+    """
+    tainted: set[str] = set()  # folders with a vendored folder at some depth below
+    for folder, dirs, _ in os.walk(root):
+        if any(d in VENDORED_DIRS for d in dirs):
+            path = folder
+            while path not in tainted:
+                tainted.add(path)
+                if path == root:
+                    break
+                path = os.path.dirname(path)
+        dirs[:] = [d for d in dirs if d not in VENDORED_DIRS]
+    plan: list[tuple[str, bool]] = []
+    pending = [root]
+    while pending and len(plan) < max_watches:
+        folder = pending.pop(0)
+        if folder not in tainted:
+            plan.append((folder, True))
+            continue
+        plan.append((folder, False))
+        try:
+            children = sorted(
+                e.path
+                for e in os.scandir(folder)
+                if e.is_dir(follow_symlinks=False) and e.name not in VENDORED_DIRS
+            )
+        except OSError:
+            continue
+        pending.extend(children)
+    if pending:
+        log.warning("watching the first %d folders of %s only", max_watches, root)
+    return plan
