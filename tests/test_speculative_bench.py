@@ -22,6 +22,7 @@ def test_bench_speed_json_and_plot(tiny_model_dir, tmp_path, capsys):
     assert summary["peakRssMiB"] > 0
     assert "prompt" in summary["bySourceAlone"]
     assert "samples" in summary["typeThrough"]
+    assert summary["timeToFirstTokenFim"]["promptTokens"] > 0
     assert plot.stat().st_size > 1000
 
 

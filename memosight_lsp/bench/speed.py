@@ -207,7 +207,10 @@ def type_through(
     decoder = SpeculativeDecoder(heads=heads)
     decoder(loaded.model, prompts[0]["ids"], rules)  # calibrate and warm up
     tok = loaded.tokenizer
-    speedups, identical, reused, by_source = [], [], [], {}
+    speedups: list[float] = []
+    identical: list[bool] = []
+    reused: list[float] = []
+    by_source: dict[str, int] = {}
     for i, sample in enumerate(prompts):
         buffer = f"bench://{i}"
         first = decoder(loaded.model, sample["ids"], rules, buffer_id=buffer)
@@ -285,6 +288,51 @@ def time_to_first_token(
     cold, edit = statistics.median(cold_ms), statistics.median(edit_ms)
     return {
         "promptTokens": len(tok.encode(text)),
+        "coldMs": round(cold, 2),
+        "afterEditMs": round(edit, 2),
+        "speedup": round(cold / edit, 2) if edit else None,
+        "tokensPrefilledAfterEdit": statistics.median(prefilled),
+    }
+
+
+def fim_edit_ttft(
+    loaded: LoadedModel, files: list[Path], decoder: SpeculativeDecoder, repeats: int = 5
+) -> dict[str, Any]:
+    """The same through the completion pipeline: a FIM prompt (prefix and suffix around the
+    cursor, 2,000-token budget), one character typed at the cursor. Everything after the cursor
+    in the prompt (the suffix) has to be prefilled again."""
+    path = max(files, key=lambda f: f.stat().st_size)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    line = len(lines) // 2
+    engine = CompletionEngine(loaded, decoder=decoder)
+    cold_ms: list[float] = []
+    edit_ms: list[float] = []
+    prefilled: list[int] = []
+    prompt_tokens = 0
+    for i in range(repeats):
+        decoder.forget("fim")
+        for typed in ("", "("):
+            doc = lines[:]
+            doc[line + i] = typed + doc[line + i]
+            request = CompletionRequest(
+                text="\n".join(doc),
+                line=line + i,
+                column=len(typed),
+                max_new_tokens=1,
+                budget_tokens=TTFT_PROMPT_TOKENS,
+                mid_word="complete",
+                buffer_id="fim",
+            )
+            done = engine.complete(request)
+            (edit_ms if typed else cold_ms).append(done.total_ms)
+            if typed:
+                prefilled.append(done.prompt_tokens - done.stats.get("reusedPromptTokens", 0))
+            prompt_tokens = done.prompt_tokens
+    cold, edit = statistics.median(cold_ms), statistics.median(edit_ms)
+    return {
+        "file": str(path),
+        "promptTokens": prompt_tokens,
         "coldMs": round(cold, 2),
         "afterEditMs": round(edit, 2),
         "speedup": round(cold / edit, 2) if edit else None,
@@ -397,6 +445,7 @@ def main(argv: list[str]) -> int:
         None if args.no_heads else "auto",
     )
     summary["timeToFirstToken"] = time_to_first_token(loaded, list(files), decoder)
+    summary["timeToFirstTokenFim"] = fim_edit_ttft(loaded, list(files), decoder)
     summary["peakRssMiB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     summary["decoder"] = decoder.describe()
     summary["model"] = loaded.describe()
