@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 
 from memosight_lsp.engine.compressed_decode import (
     CompressedDraftDecoder,
+    SnapKVDecoder,
     feed,
     prefill_and_compress,
     snapkv_generate,
@@ -221,3 +222,27 @@ def test_allowed_tokens_are_honoured(tiny_model_dirs):
     want = greedy_generate(loaded.model, prompt, rules, allowed_tokens=allowed)
     got = CompressedDraftDecoder()(loaded.model, prompt, rules, allowed_tokens=allowed)
     assert got.tokens == want.tokens and want.tokens[0] in (5, 6, 7)
+
+
+def test_compressed_prefixes_are_reused_at_the_right_positions(tiny_model_dirs):
+    """Keep-everything through the reuse path must equal greedy; real ratios must stay small."""
+    loaded = load_model(tiny_model_dirs["llama"], device="cpu")
+    model = loaded.model
+    sharpen(model)
+    prompt = prompts(loaded.tokenizer, 1, seed=13, low=400, high=401)[0]
+    rules = StopRules(max_new_tokens=8)
+    exact = SnapKVDecoder(config=SnapKVConfig(ratio=1.0), recompress_tail=16)
+    lossy = SnapKVDecoder(config=SnapKVConfig(ratio=4.0, min_keep=16), recompress_tail=16)
+    text = list(prompt)
+    for step in range(4):
+        want = greedy_generate(model, text, rules)
+        got = exact(model, text, rules, buffer_id="a")
+        assert got.tokens == want.tokens, f"step {step}"
+        small = lossy(model, text, rules, buffer_id="b")
+        if step:
+            assert got.stats["reusedPromptTokens"] == small.stats["reusedPromptTokens"] > 300
+        assert small.stats["keptPositions"] < len(text) * 0.4
+        text = text + want.tokens[:3] + text[100:110]  # typing: accept 3 tokens, paste 10
+    # An edit inside the compressed region starts over instead of reusing a wrong cache.
+    edited = [*text[:50], 7, *text[51:]]
+    assert lossy(model, edited, rules, buffer_id="b").stats["reusedPromptTokens"] == 0

@@ -272,3 +272,80 @@ class CompressedDraftDecoder:
 
 def _cache_length(cache: DynamicCache) -> int:
     return int(cache.get_seq_length())
+
+
+class SnapKVDecoder:
+    """Lossy-snapkv with per-buffer reuse: the compressed cache itself goes in the PrefixCache.
+
+    The PrefixCache crops entries from the end by token count, which is right as long as the
+    reused prefix covers the compressed region (everything past it is one entry per token); a
+    shorter match starts over. New tokens are fed at their true positions; once the
+    uncompressed tail grows past `recompress_tail` tokens the whole cache is compressed again.
+    """
+
+    per_buffer = True
+
+    def __init__(
+        self,
+        *,
+        config: SnapKVConfig | None = None,
+        prefix_cache: PrefixCache | None = None,
+        recompress_tail: int = 256,
+    ) -> None:
+        self.config = config or SnapKVConfig()
+        self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
+        self.recompress_tail = recompress_tail
+        self._compressed_end: dict[str, int] = {}  # buffer -> positions covered by compression
+
+    def forget(self, buffer_id: str) -> None:
+        self.prefix_cache.forget(buffer_id)
+        self._compressed_end.pop(buffer_id, None)
+
+    def __call__(
+        self,
+        model: Any,
+        prompt_ids: Sequence[int],
+        rules: StopRules,
+        *,
+        allowed_tokens: AllowedTokens | None = None,
+        buffer_id: str | None = None,
+    ) -> Generation:
+        unsupported = unsupported_reason(model)
+        if unsupported is not None or buffer_id is None:
+            return snapkv_generate(
+                model, prompt_ids, rules, config=self.config, allowed_tokens=allowed_tokens
+            )
+        result = Generation(tokens=[], prompt_tokens=len(prompt_ids))
+        if rules.max_new_tokens <= 0 or not prompt_ids:
+            return result
+        started = time.perf_counter()
+        cache, reused = self.prefix_cache.take(buffer_id, model, prompt_ids)
+        compressed_end = self._compressed_end.pop(buffer_id, 0)
+        if reused < compressed_end:  # the edit reaches into the compressed region: start over
+            cache, reused, compressed_end = DynamicCache(config=model.config), 0, 0
+        with QueryCapture(model, self.config.window) as capture:
+            logits = feed(model, prompt_ids[reused:], cache, reused, last_only=True)[-1]
+        tail = len(prompt_ids) - compressed_end
+        if compressed_end == 0 or tail > self.recompress_tail:
+            cache = compress(model, cache, capture, len(prompt_ids), self.config).cache
+            compressed_end = len(prompt_ids)
+        result.forward_passes = 1
+        prefilled = time.perf_counter()
+        result.prefill_ms = (prefilled - started) * 1000
+        entries = int(cache.layers[0].keys.shape[-2])
+        result.stats = {
+            "kvCompression": "lossy-snapkv",
+            "reusedPromptTokens": reused,
+            "keptPositions": entries,
+            "kvBytes": cache_bytes(cache),
+        }
+        uniform = len({layer.keys.shape[-2] for layer in cache.layers}) <= 1
+        decode_greedy(
+            model, logits, cache, len(prompt_ids), rules, result, allowed_tokens, uniform=uniform
+        )
+        result.decode_ms = (time.perf_counter() - prefilled) * 1000
+        # The cache holds the prompt and every generated token but the last one.
+        fed = list(prompt_ids) + result.tokens[: result.forward_passes - 1]
+        self.prefix_cache.put(buffer_id, model, fed, cache)
+        self._compressed_end[buffer_id] = compressed_end
+        return result

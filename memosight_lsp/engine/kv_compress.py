@@ -58,7 +58,7 @@ class CompressedKV:
 
     cache: DynamicCache
     next_position: int  # rotary position of the next token fed (= prompt tokens consumed)
-    kept: list[torch.Tensor] = field(default_factory=list)  # per layer [Hkv, k] kept positions
+    kept: list[torch.Tensor] = field(default_factory=list)  # per layer [Hkv, k] kept entries
     original_length: int = 0
 
     @property
@@ -199,13 +199,17 @@ def compress(
     prompt_length: int,
     config: SnapKVConfig,
 ) -> CompressedKV:
-    """A compressed copy of `cache`, which holds exactly `prompt_length` uncompressed positions."""
+    """A compressed copy of `cache`, which holds the `prompt_length` prompt positions.
+
+    The cache may itself be compressed (a reused prefix plus new tokens): budgets count prompt
+    positions, and `kept` then indexes the cache's entries rather than positions.
+    """
     queries = window_queries(model, capture, prompt_length)
     kept: list[torch.Tensor] = []
     for index, layer in enumerate(cache.layers):
         keys = layer.keys[0]  # [Hkv, n, D]
         n = keys.shape[1]
-        budget = config.budget(n, index)
+        budget = min(n, config.budget(prompt_length, index))
         if budget >= n:
             kept.append(torch.arange(n, device=keys.device).expand(keys.shape[0], n))
             continue
