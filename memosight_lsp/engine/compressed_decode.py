@@ -21,7 +21,14 @@ import torch
 from transformers import DynamicCache
 
 from .greedy import AllowedTokens, Generation, StopRules, pick, stop_reason_for
-from .kv_compress import CompressedKV, QueryCapture, SnapKVConfig, compress, unsupported_reason
+from .kv_compress import (
+    CompressedKV,
+    QueryCapture,
+    SnapKVConfig,
+    compress,
+    layers_of,
+    unsupported_reason,
+)
 from .prefix_cache import PrefixCache, cache_bytes
 
 
@@ -101,7 +108,7 @@ def snapkv_generate(
         "unsupported": reason_unsupported,
         "fullKvBytes": full_bytes,
         "kvBytes": cache_bytes(cache),
-        "keptPositions": int(cache.layers[0].keys.shape[-2]),
+        "keptPositions": int(layers_of(cache)[0].keys.shape[-2]),
     }
     decode_greedy(model, logits, cache, position, rules, result, allowed_tokens, uniform=uniform)
     result.decode_ms = (time.perf_counter() - prefilled) * 1000
@@ -332,14 +339,14 @@ class SnapKVDecoder:
         result.forward_passes = 1
         prefilled = time.perf_counter()
         result.prefill_ms = (prefilled - started) * 1000
-        entries = int(cache.layers[0].keys.shape[-2])
+        entries = int(layers_of(cache)[0].keys.shape[-2])
         result.stats = {
             "kvCompression": "lossy-snapkv",
             "reusedPromptTokens": reused,
             "keptPositions": entries,
             "kvBytes": cache_bytes(cache),
         }
-        uniform = len({layer.keys.shape[-2] for layer in cache.layers}) <= 1
+        uniform = len({layer.keys.shape[-2] for layer in layers_of(cache)}) <= 1
         decode_greedy(
             model, logits, cache, len(prompt_ids), rules, result, allowed_tokens, uniform=uniform
         )

@@ -64,11 +64,16 @@ class CompressedKV:
     @property
     def uniform(self) -> bool:
         """All layers hold the same number of entries (multi-token passes are safe)."""
-        lengths = {layer.keys.shape[-2] for layer in self.cache.layers}
+        lengths = {layer.keys.shape[-2] for layer in layers_of(self.cache)}
         return len(lengths) <= 1
 
     def entries(self) -> int:
-        return int(self.cache.layers[0].keys.shape[-2])
+        return int(layers_of(self.cache)[0].keys.shape[-2])
+
+
+def layers_of(cache: DynamicCache) -> list[Any]:
+    """The cache's per-layer key/value holders (typed loosely: transformers' union has no keys)."""
+    return list(cache.layers)
 
 
 def unsupported_reason(model: Any) -> str | None:
@@ -182,7 +187,7 @@ def select_positions(scores: torch.Tensor, budget: int, sinks: int, recent: int)
 def gather_cache(cache: DynamicCache, kept: Sequence[torch.Tensor]) -> DynamicCache:
     """A new cache holding, per layer and head, only the kept positions (source untouched)."""
     out = DynamicCache()
-    for index, (layer, positions) in enumerate(zip(cache.layers, kept, strict=True)):
+    for index, (layer, positions) in enumerate(zip(layers_of(cache), kept, strict=True)):
         d = layer.keys.shape[-1]
         gather_index = positions[None, :, :, None].expand(1, -1, -1, d)  # [1, Hkv, k, D]
         keys = layer.keys.gather(2, gather_index)
@@ -206,7 +211,7 @@ def compress(
     """
     queries = window_queries(model, capture, prompt_length)
     kept: list[torch.Tensor] = []
-    for index, layer in enumerate(cache.layers):
+    for index, layer in enumerate(layers_of(cache)):
         keys = layer.keys[0]  # [Hkv, n, D]
         n = keys.shape[1]
         budget = min(n, config.budget(prompt_length, index))
