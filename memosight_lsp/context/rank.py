@@ -8,7 +8,7 @@ and open buffers; definitions found only through the global symbol table; Jaccar
 from __future__ import annotations
 
 import re
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -125,13 +125,14 @@ class Ranker:
         lines, line, keywords = self.lines, self.line, self.spec.keywords
 
         def take(text: str, weight: float) -> None:
-            for dot, word in _WORD.findall(text):
+            # Counter tallies in C: the Python loop runs once per distinct word, not per use.
+            for (dot, word), uses in Counter(_WORD.findall(text)).items():
                 if word in keywords:
                     continue
                 if dot:
-                    attrs[word] += weight
+                    attrs[word] += weight * uses
                 else:
-                    bare[word] += weight
+                    bare[word] += weight * uses
             if "." in text or "::" in text:
                 for base, attr in _pairs(text):
                     pairs[(base, attr)] += weight

@@ -24,7 +24,7 @@ from .symbols import Definition, FileSymbols, Import
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[int, int], None]
-_TEXT_CACHE_SIZE = 64
+_TEXT_CACHE_SIZE = 256  # file texts kept for rendering snippets
 _PARSED_CACHE_SIZE = 8
 
 
@@ -85,6 +85,8 @@ class WorkspaceIndex:
     # -- paths ---------------------------------------------------------------------------------
     def relpath(self, path: str | Path) -> str:
         """Root-relative '/'-separated path; files outside the root keep their absolute path."""
+        if isinstance(path, str) and not path.startswith(("/", "file:", ".")) and "\\" not in path:
+            return path  # already relative (the common case in ranking: a hot path)
         p = to_path(path)
         if not p.is_absolute():
             return p.as_posix()
