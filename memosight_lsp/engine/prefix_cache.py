@@ -80,9 +80,7 @@ class PrefixCache:
         self.reused_tokens += reused
         return entry.cache, reused
 
-    def put(
-        self, buffer_id: str | None, model, tokens: Sequence[int], cache: DynamicCache
-    ) -> None:
+    def put(self, buffer_id: str | None, model, tokens: Sequence[int], cache: DynamicCache) -> None:
         """Keep `cache` (holding exactly `tokens`) for the buffer; evicts to fit the budget."""
         if buffer_id is None:
             return
