@@ -109,6 +109,7 @@ async def test_settings_pulled_with_workspace_configuration_and_load_progress(ti
     try:
         status = await wait_for_state(client, "ready")
         assert status["model"] == tiny_model_dir.name
+
         def model_progress() -> list:  # the workspace index reports under its own tokens
             reports = client.progress_reports.items()
             return [v for token, v in reports if str(token).startswith("memosight-load")]
