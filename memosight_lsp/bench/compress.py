@@ -183,7 +183,8 @@ def output_line(loaded: LoadedModel, tokens: list[int], next_line: bool) -> str:
 
 
 def row(method: str, ratio: float, gen: Generation, line: str, target: str, kv: int) -> dict:
-    per_token = gen.decode_ms / max(gen.forward_passes - 1, 1)
+    # Decode time over generated tokens (speculative passes make passes != tokens).
+    per_token = gen.decode_ms / max(len(gen.tokens), 1)
     return {
         "method": method,
         "ratio": ratio,
@@ -192,6 +193,7 @@ def row(method: str, ratio: float, gen: Generation, line: str, target: str, kv: 
         "prefillMs": gen.prefill_ms,
         "msPerToken": per_token,
         "kvBytes": kv,
+        "tokens": len(gen.tokens),
         "output": line,
     }
 
