@@ -171,3 +171,29 @@ async def test_a_file_outside_the_workspace_gets_its_own_text_only(client):
     result = await context(client, uri, 2, 14)
     assert {s["uri"] for s in result["snippets"]} == {uri}
     assert {s["kind"] for s in result["snippets"]} <= {"prefix", "suffix", "enclosing"}
+
+
+async def test_an_added_workspace_folder_is_indexed(client, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ws2").resolve()
+    (root / "helpers.py").write_text("def format_money(value):\n    return f'{value:.2f}'\n")
+    main_text = "from helpers import format_money\n\nprint(format_money(\n"
+    (root / "main.py").write_text(main_text)
+    uri, helpers = (root / "main.py").as_uri(), (root / "helpers.py").as_uri()
+    open_doc(client, uri, main_text)
+    before = await context(client, uri, 2, 19)
+    assert {s["uri"] for s in before["snippets"]} == {uri}  # outside every folder yet
+    client.workspace_did_change_workspace_folders(
+        types.DidChangeWorkspaceFoldersParams(
+            event=types.WorkspaceFoldersChangeEvent(
+                added=[types.WorkspaceFolder(uri=root.as_uri(), name="ws2")], removed=[]
+            )
+        )
+    )
+    result: dict = {}
+    for _ in range(100):
+        result = await context(client, uri, 2, 19)
+        if snippet_from(result, helpers, "format_money"):
+            break
+        await asyncio.sleep(0.1)
+    assert snippet_from(result, helpers, "format_money"), result["snippets"]
+    assert "# file: helpers.py\n" in result["prompt"]

@@ -98,6 +98,8 @@ def register(server: MemoSightServer) -> None:
         log.info("workspace folders: %s", ls.workspace_roots)
         if ls.indexing_started:
             ls.indexes.set_roots(ls.workspace_roots)
+            for doc in list(ls.workspace.text_documents.values()):  # buffers of added folders
+                ls.indexes.opened(file_path(doc.uri, doc.path), doc.source, doc.language_id)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(
