@@ -53,7 +53,6 @@ class WorkspaceIndexes:
         self._lock = threading.Lock()
         self._updates = ThreadPoolExecutor(1, thread_name_prefix="memosight-index")
         self._recent: deque[tuple[str, int]] = deque(maxlen=RECENT_EDITS)
-        self._buffered: dict[str, Path] = {}  # path -> root of the index holding its buffer
         self._stopped = False
 
     # -- folders ------------------------------------------------------------------------------
@@ -83,12 +82,16 @@ class WorkspaceIndexes:
             return None
         file = Path(path)
         with self._lock:
+            indexes = list(self._indexes.items())
+        for candidate in (file, file.resolve()):  # roots are resolved: try through symlinks too
             best: WorkspaceIndex | None = None
-            for root, index in self._indexes.items():
+            for root, index in indexes:
                 inner = best is None or len(root.parts) > len(best.root.parts)
-                if inner and file.is_relative_to(root):
+                if inner and candidate.is_relative_to(root):
                     best = index
-            return best
+            if best is not None:
+                return best
+        return None
 
     def wait_idle(self, timeout: float | None = None) -> None:
         """Block until queued buffer updates are applied (tests, benchmarks)."""
@@ -112,7 +115,9 @@ class WorkspaceIndexes:
         try:
             stats = index.scan(on_progress=progress)
             message = f"indexed {stats.files} files in {stats.seconds:.1f}s"
-            if self._watch and not self._stopped:
+            with self._lock:
+                current = self._indexes.get(root) is index
+            if self._watch and current and not self._stopped:  # not removed meanwhile
                 index.start_watching()
         except Exception as err:  # a broken folder must not take the server down
             log.exception("indexing %s failed", root)
