@@ -12,6 +12,7 @@ from memosight_lsp.context import build_context
 from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
 from memosight_lsp.engine.loading import LoadedModel
 from memosight_lsp.engine.speculative import SpeculativeDecoder
+from memosight_lsp.workspace.files import MAX_FILE_BYTES
 
 from . import postprocess
 from .healing import HealingConstraint, VocabularyText
@@ -77,6 +78,11 @@ class Completion:
 Decoder = Callable[..., Generation]
 
 
+def indexable(text: str) -> bool:
+    """What the workspace index would take on disk: at most 1 MB, no NUL bytes."""
+    return len(text) <= MAX_FILE_BYTES and "\x00" not in text
+
+
 class CompletionEngine:
     """Completes at a cursor with one loaded model. Not thread-safe: one worker calls it."""
 
@@ -109,7 +115,8 @@ class CompletionEngine:
             language_id=request.language_id,
             budget_tokens=self.context_budget(request),
             count_tokens=self.count_tokens,
-            index=request.index,
+            # A huge or binary text is not parsed for ranking: it gets its own lines only.
+            index=request.index if indexable(request.text) else None,
             open_buffers=request.open_buffers,
             recent_edits=request.recent_edits,
         )

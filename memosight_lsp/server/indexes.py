@@ -20,8 +20,8 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.workspace import PositionCodec
 
+from memosight_lsp.completion.service import indexable as indexable_text
 from memosight_lsp.workspace import TextEdit, WorkspaceIndex
-from memosight_lsp.workspace.files import MAX_FILE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,6 @@ class Change:
 
     range: types.Range | None
     text: str
-
-
-def indexable_text(text: str) -> bool:
-    """Buffers the index takes: not huge, not binary (the limits the disk scan applies)."""
-    return len(text) <= MAX_FILE_BYTES and "\x00" not in text
 
 
 class WorkspaceIndexes:

@@ -1,0 +1,75 @@
+"""CompletionEngine.prepare packs the ranked workspace context (or the file alone) into the
+prompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.context import PackedContext
+from memosight_lsp.engine.loading import load_model
+from memosight_lsp.workspace import WorkspaceIndex
+
+B_PY = "from a import compute_total\n\n\ndef checkout(cart):\n    return compute_total("
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Path) -> CompletionEngine:
+    return CompletionEngine(load_model(str(tiny_model_dir), device="cpu"), speculative=False)
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> WorkspaceIndex:
+    (tmp_path / "a.py").write_text(
+        'def compute_total(prices, tax_rate):\n    """Sum and tax."""\n'
+        "    return sum(prices) * (1 + tax_rate)\n"
+    )
+    (tmp_path / "b.py").write_text(B_PY)
+    index = WorkspaceIndex(tmp_path, use_cache=False)
+    index.scan()
+    return index
+
+
+def request(index: WorkspaceIndex | None, text: str = B_PY, **extra) -> CompletionRequest:
+    lines = text.split("\n")
+    return CompletionRequest(
+        text=text,
+        line=len(lines) - 1,
+        column=len(lines[-1]),
+        path=str(index.root / "b.py") if index else "/nowhere/b.py",
+        language_id="python",
+        index=index,
+        **extra,
+    )
+
+
+def test_prepare_ranks_the_other_files_definition_into_the_prompt(engine, index):
+    prompt = engine.prepare(request(index))
+    assert isinstance(prompt.context, PackedContext)
+    assert "# file: a.py\ndef compute_total(prices, tax_rate):" in prompt.text
+    kinds = {(s.path, s.symbol, s.kind) for s in prompt.context.snippets}
+    assert ("a.py", "compute_total", "full") in kinds
+    assert prompt.text.index("# file: a.py") < prompt.text.index("# file: b.py")
+
+
+def test_without_an_index_the_prompt_is_the_file_alone(engine, index):
+    prompt = engine.prepare(request(None))
+    assert "compute_total(prices" not in prompt.text
+    assert {s.kind for s in prompt.context.snippets} <= {"prefix", "suffix"}
+
+
+def test_budget_is_honoured(engine, index):
+    small = engine.prepare(request(index, budget_tokens=24))
+    assert 0 < small.context.prompt_tokens <= 24
+    assert engine.count_tokens(small.text) <= 24 + 8  # FIM markers and healing aside
+
+
+def test_huge_and_binary_texts_get_no_cross_file_ranking(engine, index):
+    huge = "x = 1\n" * 200_000 + B_PY
+    prompt = engine.prepare(request(index, huge))
+    assert all(s.path != "a.py" for s in prompt.context.snippets)
+    assert "def checkout(cart):" in prompt.text
+    binary = "\x00\x01\n" + B_PY
+    assert all(s.path != "a.py" for s in engine.prepare(request(index, binary)).context.snippets)
