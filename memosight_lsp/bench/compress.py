@@ -280,6 +280,10 @@ def summarise(rows: list[dict], keys: tuple[str, ...]) -> dict:
             values = [m[key] for m in members if m.get(key) is not None]
             if values:
                 out[name][key] = round(statistics.fmean(values), 4)
+        if "prefillMs" in out[name] and "msPerToken" in out[name]:
+            # What a 32-token completion would cost: where compression pays for latency.
+            cost = out[name]["prefillMs"] + 32 * out[name]["msPerToken"]
+            out[name]["ms32Tokens"] = round(cost, 1)
     return out
 
 
