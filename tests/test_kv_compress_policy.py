@@ -15,8 +15,19 @@ def test_short_prompts_and_off_mean_no_kv_compression():
 def test_long_prompts_get_the_requested_mode(tiny_model_dirs):
     llama = load_model(tiny_model_dirs["llama"], device="cpu").model
     gpt2 = load_model(tiny_model_dirs["gpt2"], device="cpu").model
-    got = plan(requested_kv="lossless-draft", prompt_tokens=4000, budget_tokens=4096, model=llama)
-    assert got.kv_mode == "lossless-draft" and got.kv_config.ratio == 4.0
+    got = plan(requested_kv="lossy-snapkv", prompt_tokens=4000, budget_tokens=4096, model=llama)
+    assert got.kv_mode == "lossy-snapkv" and got.kv_config.ratio == 4.0
+    # Measured slower on CPU: refused there unless the thresholds allow it.
+    cpu = plan(requested_kv="lossless-draft", prompt_tokens=4000, budget_tokens=4096, model=llama)
+    assert cpu.kv_mode == "off" and "CPU" in cpu.reasons[0]
+    allowed = plan(
+        requested_kv="lossless-draft",
+        prompt_tokens=4000,
+        budget_tokens=4096,
+        model=llama,
+        thresholds=Thresholds(lossless_on_cpu=True),
+    )
+    assert allowed.kv_mode == "lossless-draft"
     refused = plan(requested_kv="lossy-snapkv", prompt_tokens=4000, budget_tokens=4096, model=gpt2)
     assert refused.kv_mode == "off" and "gpt2" in refused.reasons[0]
 

@@ -7,7 +7,8 @@ Measured on CPU (5.5M-param default model, 4 layers, 2 shared cores; docs/compre
   cost is dominated by the per-layer framework overhead, not by attention over the cache.
 - Lossy SnapKV changes outputs, so it never turns on by itself: the user picks "lossy-snapkv".
   "lossless-draft" cannot change outputs; it pays when a draft pass on the small cache is much
-  cheaper than a verify pass on the full one (long prompts, larger models, GPU).
+  cheaper than a verify pass on the full one (long prompts, larger models, GPU); on CPU it was
+  measured slower than plain decoding, so there it stays off unless `lossless_on_cpu`.
 - Model-scored chunk ranking costs one forward pass per candidate; it runs only when the
   structural ranker offers clearly more than fits and the budget is large.
 - Recursive compression (signatures, then drop) runs whenever the candidates overflow the
@@ -21,6 +22,13 @@ from typing import Any, Literal
 
 from .kv_compress import SnapKVConfig, unsupported_reason
 
+
+def _on_cpu(model: Any) -> bool:
+    if model is None:
+        return False
+    return next(model.parameters()).device.type == "cpu"
+
+
 KvMode = Literal["off", "lossless-draft", "lossy-snapkv"]
 
 
@@ -28,6 +36,9 @@ KvMode = Literal["off", "lossless-draft", "lossy-snapkv"]
 class Thresholds:
     kv_min_prompt_tokens: int = 2048  # below: compression overhead > savings (measured)
     kv_ratio: float = 4.0
+    # Measured 1.2-1.7x slower than plain greedy on CPU (a draft pass costs about a verify pass
+    # when per-layer overhead dominates); allowed on accelerators, where steps are attention-bound.
+    lossless_on_cpu: bool = False
     chunk_min_budget_tokens: int = 2048  # small budgets: the structural ranker is enough
     chunk_min_overflow: float = 1.5  # candidate tokens / room before model scoring pays
     chunk_max_candidates: int = 32  # one forward pass each: cap the latency
@@ -70,6 +81,8 @@ def plan(
         out.reasons.append(f"kv: prompt {prompt_tokens} < {t.kv_min_prompt_tokens} tokens")
     elif model is not None and (why := unsupported_reason(model)):
         out.reasons.append(f"kv: {why}")
+    elif requested_kv == "lossless-draft" and not t.lossless_on_cpu and _on_cpu(model):
+        out.reasons.append("kv: lossless-draft is slower than plain decoding on CPU (measured)")
     else:
         out.kv_mode = requested_kv
         out.kv_config = SnapKVConfig(ratio=t.kv_ratio)
