@@ -7,6 +7,7 @@ and open buffers; definitions found only through the global symbol table; Jaccar
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
@@ -441,7 +442,8 @@ _COMMON = frozenset(
 )
 
 
-def subwords(name: str) -> list[str]:
+@functools.lru_cache(maxsize=1 << 16)  # the same names come back on every request
+def subwords(name: str) -> tuple[str, ...]:
     """`cookiejar_from_dict` -> [cookiejar, from, dict]; `HTTPAdapter` -> [http, adapter]."""
     out = []
     for part in _SUBWORD.findall(name):
@@ -450,7 +452,7 @@ def subwords(name: str) -> list[str]:
             part = part[:-1]
         if len(part) >= 3 and part not in _COMMON:
             out.append(part)
-    return out
+    return tuple(out)
 
 
 _name_tables: OrderedDict[tuple[str, str], dict[str, list[int]]] = OrderedDict()
