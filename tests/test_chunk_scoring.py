@@ -35,6 +35,10 @@ def test_scores_are_gains_over_no_context(tiny_model_dir):
     baseline = scorer.nll([], target)
     assert scores == pytest.approx([baseline - scorer.nll(c, target) for c in chunks])
     assert scorer.score(chunks, []) == [0.0, 0.0]
+    local = encode("def make():\n")
+    with_local = scorer.score(chunks, target, local)
+    base = scorer.nll(local, target)
+    assert with_local == pytest.approx([base - scorer.nll(c + local, target) for c in chunks])
 
 
 def test_rerank_orders_by_score_stably():
@@ -57,14 +61,19 @@ def trained_model_dir() -> Path | None:
 
 
 @pytest.mark.skipif(trained_model_dir() is None, reason="needs a trained model")
-def test_a_trained_model_prefers_the_definition_the_target_uses():
+def test_a_trained_model_prefers_the_chunk_the_target_repeats():
+    """Copying from context (induction) is the most robust thing even a small model learns."""
     loaded = load_model(trained_model_dir(), device="cpu")
     score = text_scorer(ChunkScorer(loaded.model), loaded.tokenizer.encode)
-    needed = (
-        "def frobnicate_widget(widget, depth):\n"
-        '    """Frobnicate a widget to the given depth."""\n'
-        "    return widget.frobnicate(depth)\n"
+    body = (
+        "    for level in range(depth):\n"
+        "        widget = frobnicate_widget(widget, level, strict=True)\n"
+        "    return widget.finish(depth)\n"
     )
-    unrelated = "import json\n\nDEFAULT_TIMEOUT = 30\nLOG_FORMAT = '%(message)s'\n"
-    target = "        result = frobnicate_widget(widget, depth=3)\n"
+    needed = "def deepen_once(widget, depth):\n" + body
+    unrelated = (
+        "import json\n\nDEFAULT_TIMEOUT = 30\nLOG_FORMAT = '%(message)s'\n\n"
+        "def load(path):\n    with open(path) as f:\n        return json.load(f)\n"
+    )
+    target = "def deepen_twice(widget, depth):\n" + body
     assert rerank([unrelated, needed], target, score) == [1, 0]

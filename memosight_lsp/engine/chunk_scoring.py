@@ -3,11 +3,13 @@
 A candidate chunk is worth its room when the model predicts the code around the cursor better
 with it than without it:
 
-    gain(chunk) = NLL(target | nothing) - NLL(target | chunk)      (mean nats per target token)
+    gain(chunk) = NLL(target | local) - NLL(target | chunk + local)   (mean nats per target token)
 
 where `target` is the code right above the cursor (the best stand-in for what comes next that
-is known at request time). One forward pass per chunk over [chunk + target], logits kept for the
-target rows only. This is a second-stage ranker: the structural ranker proposes candidates, this
+is known at request time) and `local` a few lines before it (optional). `local` matters: with
+no context at all, any chunk "helps" the first target tokens, and that generic gain drowns the
+chunk-specific one. One forward pass per chunk over [chunk + local + target], logits kept for
+the target rows only. This is a second-stage ranker: the structural ranker proposes candidates, this
 orders them when there are more than fit. Token ids in, scores out; `text_scorer` adapts it to
 the `(chunks, target) -> scores` callable the context packer takes.
 """
@@ -22,6 +24,7 @@ import torch.nn.functional as F
 
 # chunk texts, target text -> one score per chunk (higher: keep first)
 TextScorer = Callable[[Sequence[str], str], list[float]]
+LOCAL_LINES = 4  # lines of the target text used as `local` context rather than scored
 
 
 class ChunkScorer:
@@ -58,21 +61,33 @@ class ChunkScorer:
         labels = torch.tensor(target, device=self.device)
         return float(F.cross_entropy(logits.float(), labels))
 
-    def score(self, chunks: Sequence[Sequence[int]], target_ids: Sequence[int]) -> list[float]:
+    def score(
+        self,
+        chunks: Sequence[Sequence[int]],
+        target_ids: Sequence[int],
+        local_ids: Sequence[int] = (),
+    ) -> list[float]:
         """Perplexity gain (nats/token) of each chunk on the target; higher is more useful."""
         target = list(target_ids)[-self.max_target_tokens :]
         if not target:
             return [0.0] * len(chunks)
-        baseline = self.nll([], target)
+        local = list(local_ids)
+        baseline = self.nll(local, target)
         # Keep a chunk's tail when it is too long: its end sits next to the target in a prompt.
-        return [baseline - self.nll(list(c)[-self.max_chunk_tokens :], target) for c in chunks]
+        return [
+            baseline - self.nll(list(c)[-self.max_chunk_tokens :] + local, target) for c in chunks
+        ]
 
 
 def text_scorer(scorer: ChunkScorer, encode: Callable[[str], list[int]]) -> TextScorer:
     """Adapts a ChunkScorer to texts, for the context packer (which imports no torch)."""
 
     def score(chunks: Sequence[str], target: str) -> list[float]:
-        return scorer.score([encode(c) for c in chunks], encode(target))
+        # The first lines condition, the rest is scored (see the module doc on `local`).
+        lines = target.splitlines(keepends=True)
+        local = "".join(lines[: min(LOCAL_LINES, len(lines) // 2)])
+        scored = target[len(local) :]
+        return scorer.score([encode(c) for c in chunks], encode(scored), encode(local))
 
     return score
 
