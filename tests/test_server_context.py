@@ -9,7 +9,7 @@ import hashlib
 import msgpack
 import pytest
 import pytest_asyncio
-from lsp_session import context, edit, open_doc, start, stop, tiny_options, wait_until
+from lsp_session import context, edit, open_doc, start, stats, stop, tiny_options, wait_until
 from lsprotocol import types
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
@@ -85,6 +85,8 @@ async def test_indexing_reports_progress_and_rewrites_a_corrupt_cache(client, wo
     assert "indexed 2 files" in end[0].message
     reports = index_progress(client, "report")
     assert reports and reports[-1].percentage == 100
+    numbers = await stats(client)
+    assert numbers["indexes"] == [{"root": str(workspace[0]), "files": 2}]
     cached = msgpack.unpackb(workspace[2].read_bytes(), raw=False)
     assert set(cached["files"]) == {"a.py", "b.py"}
 

@@ -143,6 +143,7 @@ def register(server: MemoSightServer) -> None:
             "model": ls.host.model_name,
             "modelMessage": ls.host.message,
             "openDocuments": len(ls.workspace.text_documents),
+            "indexes": ls.indexes.summary(),
         }
 
     @server.feature("memosight/context")

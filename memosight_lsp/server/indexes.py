@@ -71,6 +71,12 @@ class WorkspaceIndexes:
         with self._lock:
             return sorted(self._indexes)
 
+    def summary(self) -> list[dict[str, object]]:
+        """Per folder: its root and how many files are indexed (for memosight/stats)."""
+        with self._lock:
+            indexes = sorted(self._indexes.items())
+        return [{"root": str(root), "files": len(index)} for root, index in indexes]
+
     def index_for(self, path: str | None) -> WorkspaceIndex | None:
         """The index of the innermost folder holding `path`; None outside every folder."""
         if not path:
