@@ -107,3 +107,13 @@ def test_train_save_resume_and_decode_losslessly(tiny_model_dir, tmp_path):
         got = decoder(loaded.model, prompt, rules)
         assert got.tokens == greedy_generate(loaded.model, prompt, rules).tokens
     assert decoder.heads is not None
+
+
+def test_feedback_scales_down_a_head_that_misses(tiny_model_dir):
+    model = load_model(tiny_model_dir, device="cpu").model
+    drafter = HeadsDrafter(MedusaHeads(model.config.hidden_size, 2), model.get_output_embeddings())
+    hidden = torch.randn(model.config.hidden_size, generator=torch.Generator().manual_seed(0)) * 30
+    for _ in range(20):
+        cands = drafter.candidates(hidden, limit=4)
+        drafter.feedback([cands[0].tokens[0] + 1])  # the first head is always wrong
+    assert drafter.scale(0) < 0.2 and drafter.scale(1) == 1.0

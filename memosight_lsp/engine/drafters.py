@@ -186,15 +186,14 @@ class CostModel:
         repeats: int = 3,
     ) -> CostModel:
         """run(q) does one forward over q tokens (and rolls the cache back); keeps the min."""
-        costs = {}
+        costs = {q: float("inf") for q in sizes}
         run(1)  # warm-up
-        for q in sizes:
-            best = float("inf")
-            for _ in range(repeats):
+        # Sizes interleaved, minimum kept: a busy CPU slows some passes, never speeds one up.
+        for _ in range(repeats):
+            for q in sizes:
                 started = time.perf_counter()
                 run(q)
-                best = min(best, (time.perf_counter() - started) * 1000)
-            costs[q] = best
+                costs[q] = min(costs[q], (time.perf_counter() - started) * 1000)
         # Noise can make a larger pass look cheaper: keep the curve non-decreasing.
         running = 0.0
         for q in sorted(costs):

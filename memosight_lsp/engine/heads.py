@@ -142,12 +142,22 @@ def find_heads(model: Any) -> HeadsDrafter | None:
 
 
 class HeadsDrafter:
-    """Turns the heads' top-k tokens into candidates: the top-1 chain plus one-token detours."""
+    """Turns the heads' top-k tokens into candidates: the top-1 chain plus one-token detours.
+
+    Softmax confidences are rescaled per head by online counts (accepted / predicted, given the
+    previous heads were right), so a weak or overconfident head stops growing the tree.
+    """
 
     def __init__(self, heads: MedusaHeads, lm_head: nn.Module, top_k: int = 3) -> None:
         self.heads = heads
         self.lm_head = lm_head
         self.top_k = top_k
+        self.predicted = [0.0] * heads.num_heads
+        self.accepted = [0.0] * heads.num_heads
+        self._last: list[tuple[int, float]] = []  # (top-1 token, raw prob) per head
+
+    def scale(self, head: int) -> float:
+        return min(1.5, (self.accepted[head] + 1.0) / (self.predicted[head] + 1.0))
 
     @torch.inference_mode()
     def candidates(self, hidden: torch.Tensor, limit: int) -> list[Candidate]:
@@ -157,7 +167,9 @@ class HeadsDrafter:
         states = self.heads(hidden)[:depth]  # [K, H]
         probs = torch.softmax(self.lm_head(states).float(), dim=-1)  # [K, V]
         top_p, top_t = probs.topk(self.top_k, dim=-1)  # [K, k]
-        ps, ts = top_p.tolist(), top_t.tolist()
+        ts = top_t.tolist()
+        ps = [[min(1.0, p * self.scale(d)) for p in row] for d, row in enumerate(top_p.tolist())]
+        self._last = [(ts[d][0], float(top_p[d, 0])) for d in range(depth)]
         chain, cum, p = [], [], 1.0
         for d in range(depth):
             p *= ps[d][0]
@@ -174,3 +186,12 @@ class HeadsDrafter:
                     tokens = [*chain[:d], ts[d][j]]
                     out.append(Candidate(tokens=tokens, probs=[*cum[:d], q], source="heads"))
         return out
+
+    def feedback(self, truth: list[int]) -> None:
+        """The model's actual next tokens after the last candidates() call."""
+        for d, ((token, prob), actual) in enumerate(zip(self._last, truth, strict=False)):
+            self.predicted[d] += prob
+            if token != actual:
+                break
+            self.accepted[d] += 1.0
+        self._last = []

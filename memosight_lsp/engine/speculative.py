@@ -143,7 +143,7 @@ class ModelRunner:
             self.logits(self.verify(ids[context], tree, cache, context))
             cache.crop(-q)
 
-        return CostModel.calibrate(run, repeats=5)
+        return CostModel.calibrate(run, repeats=7)
 
 
 class PassLogits:
@@ -299,9 +299,12 @@ class SpeculativeDecoder:
                     context.extend(new)
                 accepted_total += len(new)
                 truth = new + ([scores.choice(node)] if reason is None else [])
+            else:  # nothing drafted: still learn how the candidates would have done
+                truth = [scores.choice(0)]
+            if candidates:
                 self.stats.update(candidates, truth, len(truth))
-            elif candidates:  # nothing drafted: still learn how the candidates would have done
-                self.stats.update(candidates, [scores.choice(0)], 1)
+                if self.heads is not None and hasattr(self.heads, "feedback"):
+                    self.heads.feedback(truth)
             hidden, logits = hiddens[node], scores.at(node)
             if reason is not None:
                 result.stop_reason = reason
