@@ -107,6 +107,7 @@ def register(server: MemoSightServer) -> None:
     ) -> types.InlineCompletionList | None:
         ls.capture_loop()
         outcome = await ls.flow.complete(ls.document(params.text_document.uri), params.position)
+        ls.send_status()  # carries this request's latency (type-through hits included)
         if not outcome.text or outcome.position is None:
             return None
         return types.InlineCompletionList(
@@ -133,6 +134,7 @@ def register(server: MemoSightServer) -> None:
             raise
         if not done:  # let it finish in the background: it fills the type-through cache
             return types.CompletionList(is_incomplete=True, items=[])
+        ls.send_status()
         return completion_list(task.result())
 
     @server.feature("memosight/stats")
