@@ -15,6 +15,9 @@ Device = Literal["auto", "cpu", "cuda"]
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 MultilinePolicy = Literal["auto", "always", "never"]
 MidWordPolicy = Literal["complete", "skip"]
+# "lossless-draft": a compressed KV cache only drafts, output stays identical to greedy.
+# "lossy-snapkv": decoding runs on the compressed cache, output may change (hence the name).
+KvCompression = Literal["off", "lossless-draft", "lossy-snapkv"]
 
 
 @dataclass(kw_only=True)
@@ -43,6 +46,15 @@ class ContextSettings:
 
 
 @dataclass(kw_only=True)
+class CompressionSettings:
+    # Applied only where engine/compression_policy.py says it pays (long prompts, supported
+    # architectures; lossless-draft not on CPU, where it measured slower).
+    kv_compression: KvCompression = "off"
+    kv_ratio: int = 4  # prompt positions per kept KV position
+    min_prompt_tokens: int = 2048  # shorter prompts are never compressed (measured break-even)
+
+
+@dataclass(kw_only=True)
 class Settings:
     enable: bool = True
     # languageId -> enabled; languages not named are enabled.
@@ -50,6 +62,7 @@ class Settings:
     model: ModelSettings = field(default_factory=ModelSettings)
     completion: CompletionSettings = field(default_factory=CompletionSettings)
     context: ContextSettings = field(default_factory=ContextSettings)
+    compression: CompressionSettings = field(default_factory=CompressionSettings)
 
     def language_enabled(self, language_id: str) -> bool:
         return self.enable and self.languages.get(language_id, True)
@@ -60,6 +73,8 @@ NUMERIC_BOUNDS: dict[str, tuple[int, int]] = {
     "max_new_tokens": (1, 1024),
     "debounce_ms": (0, 5000),
     "budget_tokens": (0, 131072),
+    "kv_ratio": (2, 16),
+    "min_prompt_tokens": (0, 131072),
 }
 
 

@@ -36,6 +36,7 @@ local bad = {
   { { settings = { completion = { max_new_tokens = 8 } } }, "unknown option 'settings.completion.max_new_tokens' (did you mean 'maxNewTokens'?)" },
   { { settings = { completion = { maxNewTokens = "8" } } }, "settings.completion.maxNewTokens: expected number, got string" },
   { { settings = { enable = "yes" } }, "settings.enable: expected boolean, got string" },
+  { { settings = { compression = { kvCompression = "snapkv" } } }, "settings.compression.kvCompression: expected one of off, lossless-draft, lossy-snapkv" },
 }
 for _, case in ipairs(bad) do
   T.test("setup rejects " .. vim.inspect(case[1], { newline = " ", indent = "" }), function()
@@ -46,6 +47,13 @@ for _, case in ipairs(bad) do
     T.eq(nil, tostring(err):find(".lua:", 1, true), "no source position in " .. tostring(err))
   end)
 end
+
+T.test("setup accepts the compression settings", function()
+  local ok, err = pcall(require("memosight.config").resolve, {
+    settings = { compression = { kvCompression = "lossy-snapkv", kvRatio = 8, minPromptTokens = 512 } },
+  })
+  T.eq(true, ok, tostring(err))
+end)
 
 T.test("a good setup maps no keys and picks the built-in ghost text on 0.12", function()
   require("memosight").setup({ cmd = { "memosight-lsp-not-installed" }, settings = { completion = { maxNewTokens = 8 } } })

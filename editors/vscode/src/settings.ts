@@ -27,6 +27,9 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'completion.precomputeNext', default: true },
   { key: 'context.budgetTokens', default: 1024 },
   { key: 'context.crossFile', default: true },
+  { key: 'compression.kvCompression', default: 'off' },
+  { key: 'compression.kvRatio', default: 4 },
+  { key: 'compression.minPromptTokens', default: 2048 },
 ];
 
 /** Settings only the extension reads (how to start the server); never sent to the server. */

@@ -68,6 +68,11 @@ local SETTINGS_SCHEMA = {
     precomputeNext = "boolean",
   },
   context = { budgetTokens = "number", crossFile = "boolean" },
+  compression = {
+    kvCompression = { "off", "lossless-draft", "lossy-snapkv" },
+    kvRatio = "number",
+    minPromptTokens = "number",
+  },
 }
 
 ---@param name string

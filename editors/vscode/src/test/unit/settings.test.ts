@@ -16,6 +16,7 @@ const DEFAULTS = {
     precomputeNext: true,
   },
   context: { budgetTokens: 1024, crossFile: true },
+  compression: { kvCompression: 'off', kvRatio: 4, minPromptTokens: 2048 },
 };
 
 describe('buildServerSettings', () => {
