@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from memosight_lsp.context import build_context
+from memosight_lsp.engine import compression_policy
+from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
 from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
 from memosight_lsp.engine.loading import LoadedModel
 from memosight_lsp.engine.speculative import SpeculativeDecoder
@@ -37,6 +39,10 @@ class CompletionRequest:
     multiline: str = "auto"
     mid_word: str = "skip"
     plain: bool = False  # plain greedy decoding, no acceleration
+    # KV compression for long prompts; engine/compression_policy.py decides where it runs.
+    kv_compression: compression_policy.KvMode = "off"
+    kv_ratio: int = 4
+    min_prompt_tokens: int = 2048
     # Cross-file context: the workspace index holding this file (None: the current file only),
     # other open buffers {path: text}, and recent edits [(path, 0-based line)], oldest first.
     index: WorkspaceIndex | None = None
@@ -87,11 +93,21 @@ class CompletionEngine:
     """Completes at a cursor with one loaded model. Not thread-safe: one worker calls it."""
 
     def __init__(
-        self, loaded: LoadedModel, *, decoder: Decoder | None = None, speculative: bool = True
+        self,
+        loaded: LoadedModel,
+        *,
+        decoder: Decoder | None = None,
+        speculative: bool = True,
+        compression: compression_policy.Thresholds | None = None,
     ) -> None:
         self.loaded = loaded
         # Speculative decoding gives the same tokens as greedy, faster; request.plain opts out.
         self.decoder = decoder or (SpeculativeDecoder() if speculative else greedy_generate)
+        # Policy thresholds; each request's minPromptTokens and kvRatio override theirs.
+        self.compression = compression or compression_policy.Thresholds()
+        # One compressed decoder per KV mode (each keeps per-buffer caches), rebuilt when the
+        # ratio changes: kv mode -> (ratio, decoder).
+        self._compressed: dict[str, tuple[int, Decoder]] = {}
 
     @cached_property
     def vocabulary(self) -> VocabularyText:
@@ -148,7 +164,8 @@ class CompletionEngine:
             cancelled=cancelled,
         )
         constraint = HealingConstraint(healed, self.vocabulary, tokenizer) if healed else None
-        decode = greedy_generate if request.plain else self.decoder
+        plan = self.plan(request, len(prompt_ids))
+        decode = greedy_generate if request.plain else self._decoder_for(request, plan)
         # Per-buffer decoders keep the KV cache and last suggestion of each buffer.
         extra = {"buffer_id": request.buffer_id} if getattr(decode, "per_buffer", False) else {}
         generation = decode(
@@ -172,11 +189,45 @@ class CompletionEngine:
             stop_reason=generation.stop_reason,
             model=self.loaded.name,
             raw=raw,
-            stats=generation.stats,
+            stats=generation.stats
+            if request.kv_compression == "off" or request.plain
+            else {**generation.stats, "compression": _kv_decision(plan)},
         )
+
+    def plan(self, request: CompletionRequest, prompt_tokens: int) -> compression_policy.Plan:
+        """Which compression runs for this request (the policy's decision, with reasons)."""
+        thresholds = replace(
+            self.compression,
+            kv_min_prompt_tokens=request.min_prompt_tokens,
+            kv_ratio=float(request.kv_ratio),
+        )
+        return compression_policy.plan(
+            requested_kv=request.kv_compression,
+            prompt_tokens=prompt_tokens,
+            budget_tokens=self.context_budget(request),
+            model=self.loaded.model,
+            thresholds=thresholds,
+        )
+
+    def _decoder_for(self, request: CompletionRequest, plan: compression_policy.Plan) -> Decoder:
+        # Chunk scoring is not applied: build_context has no second-stage ranker hook yet.
+        if plan.kv_mode == "off" or plan.kv_config is None:
+            return self.decoder
+        ratio, decoder = self._compressed.get(plan.kv_mode, (0, self.decoder))
+        if ratio != request.kv_ratio:
+            kind = CompressedDraftDecoder if plan.kv_mode == "lossless-draft" else SnapKVDecoder
+            decoder = kind(config=plan.kv_config)
+            self._compressed[plan.kv_mode] = (request.kv_ratio, decoder)
+        return decoder
 
     @staticmethod
     def _empty_reason(generation: Generation) -> str:
         if generation.stop_reason == "cancelled":
             return "the request was superseded or cancelled"
         return "the model suggested nothing useful here (empty after trimming)"
+
+
+def _kv_decision(plan: compression_policy.Plan) -> dict[str, Any]:
+    """The KV part of a plan, for Completion.stats (chunk scoring is not wired)."""
+    reasons = [r for r in plan.reasons if r.startswith("kv:")]
+    return {"kvMode": plan.kv_mode, "reason": reasons[0] if reasons else None}

@@ -30,6 +30,10 @@ from .stats import ServerStats
 log = logging.getLogger(__name__)
 
 
+# Completion.stats["kvCompression"] -> the memosight/stats counter of that KV mode.
+_KV_COUNTERS = {"lossless-draft": "losslessDraftCalls", "lossy-snapkv": "lossySnapkvCalls"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
     text: str = ""
@@ -182,6 +186,9 @@ class CompletionFlow:
             budget_tokens=settings.context.budget_tokens,
             multiline=settings.completion.multiline,
             mid_word=settings.completion.mid_word,
+            kv_compression=settings.compression.kv_compression,
+            kv_ratio=settings.compression.kv_ratio,
+            min_prompt_tokens=settings.compression.min_prompt_tokens,
             index=inputs.index,
             open_buffers=inputs.open_buffers,
             recent_edits=inputs.recent_edits,
@@ -243,6 +250,9 @@ class CompletionFlow:
             return None
         self.stats.count(counter)
         completion = engine.complete(request, cancelled=cancelled)
+        kv_counter = _KV_COUNTERS.get(completion.stats.get("kvCompression", "off"))
+        if kv_counter is not None:
+            self.stats.count(kv_counter)
         if completion.text:
             self.stats.tokens(completion.new_tokens)
             before, after = base

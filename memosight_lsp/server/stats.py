@@ -29,6 +29,8 @@ class ServerStats:
         "dropped",
         "empty",
         "errors",
+        "losslessDraftCalls",  # model calls decoded with settings.compression's KV modes
+        "lossySnapkvCalls",
     )
 
     def __init__(self) -> None:
