@@ -35,12 +35,15 @@ def error_messages(client) -> list[str]:
 
 
 async def test_missing_then_broken_then_good_model(tiny_model_dir, tmp_path):
-    client = await start("neovim", {"completion": {"maxNewTokens": 8}})
+    missing = tmp_path / "no-such-model"
+    client = await start(
+        "neovim", {"completion": {"maxNewTokens": 8}, "model": {"path": str(missing)}}
+    )
     try:
         uri = "file:///s/model.py"
         open_doc(client, uri, DOC)
         status = await wait_for_state(client, "error")
-        assert "embedded default model is missing" in status["message"]
+        assert "model folder not found" in status["message"]
         assert await inline(client, uri, 1, 4) is None
         assert await inline(client, uri, 1, 4) is None
         assert "model error" in (await context(client, uri, 1, 4))["reason"]
