@@ -44,6 +44,8 @@ from .prefix_cache import PrefixCache
 
 PREVIOUS_CONTEXT = 24  # prompt tokens kept before the previous suggestion (to find where it went)
 SOURCES = ("previous", "prompt", "workspace", "heads")
+HEADS_PROBE_CALLS = 64  # passes with heads before judging whether they pay
+HEADS_REPROBE_EVERY = 2048
 
 
 class ModelRunner:
@@ -204,6 +206,8 @@ class SpeculativeDecoder:
         self.previous: OrderedDict[str, TokenIndex] = OrderedDict()
         self.totals: dict[str, Any] = {"passes": 0, "tokens": 0, "sources": {}}
         self._runner: ModelRunner | None = None
+        self._heads_ms = 0.0
+        self._heads_calls = 0
 
     def set_workspace_tokens(self, documents: Sequence[Sequence[int]]) -> None:
         """Other workspace text (token ids) to draft from; replaces the previous set."""
@@ -344,9 +348,24 @@ class SpeculativeDecoder:
             out += ngram_candidates("prompt", context, tail, room, self.stats)
         if self.workspace is not None and "workspace" in self.sources:
             out += ngram_candidates("workspace", self.workspace, tail, room, self.stats)
-        if self.heads is not None and "heads" in self.sources:
+        if self.heads is not None and "heads" in self.sources and self._heads_pay():
+            started = time.perf_counter()
             out += self.heads.candidates(hidden, room)
+            self._heads_ms += (time.perf_counter() - started) * 1000
+            self._heads_calls += 1
         return out
+
+    def _heads_pay(self) -> bool:
+        """Heads cost an LM-head product per pass: keep them only while the tokens they get
+        accepted save more than that (measured; re-probed now and then)."""
+        calls = self._heads_calls
+        if calls < HEADS_PROBE_CALLS or calls % HEADS_REPROBE_EVERY < HEADS_PROBE_CALLS:
+            return True
+        saved = self.totals["sources"].get("heads", 0) * (self.cost_model or CostModel()).cost(1)
+        if saved >= self._heads_ms:
+            return True
+        self._heads_calls += 1  # skipped calls still advance toward the next probe
+        return False
 
     def _remember(
         self, buffer_id: str | None, model: Any, committed: list[int], cache, prompt_len: int
