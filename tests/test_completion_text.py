@@ -76,7 +76,8 @@ def test_mid_word_detection():
     [
         ("x = TypeErr", "x =", " TypeErr"),
         ("foo.", "foo.", ""),
-        ("    ", "   ", " "),
+        ("    ", "", "    "),
+        ("x = 1\n        ", "x = 1\n", "        "),
         ("a\n", "a\n", ""),
     ],
 )
