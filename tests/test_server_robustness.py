@@ -163,5 +163,8 @@ async def test_a_request_flood_is_answered(client):
     results = await asyncio.wait_for(asyncio.gather(*requests), 120)
     assert len(results) == 75
     numbers = await stats(client)
-    assert numbers["superseded"] > 0  # newest-wins dropped the older ones early
+    # Newest-wins, shared runs and the type-through cache spare the model most of the flood
+    # (which of them does it depends on timing).
+    assert numbers["requests"] >= 75
+    assert numbers["modelCalls"] < 75
     assert await inline(client, uri, 1, 4) is not None
