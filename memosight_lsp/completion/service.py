@@ -209,6 +209,13 @@ class CompletionEngine:
             thresholds=thresholds,
         )
 
+    def forget(self, buffer_id: str) -> None:
+        """Drop a closed buffer's KV cache and last suggestion from every per-buffer decoder."""
+        for decoder in [self.decoder, *(d for _, d in self._compressed.values())]:
+            forget = getattr(decoder, "forget", None)
+            if forget is not None:
+                forget(buffer_id)
+
     def _decoder_for(self, request: CompletionRequest, plan: compression_policy.Plan) -> Decoder:
         # Chunk scoring is not applied: build_context has no second-stage ranker hook yet.
         if plan.kv_mode == "off" or plan.kv_config is None:

@@ -125,6 +125,8 @@ class CompletionFlow:
         self._index.pop(uri, None)
         self._precompute_bases.pop(uri, None)
         self._known_empty.pop(uri, None)
+        if self.host.engine is not None:
+            self.host.engine.forget(uri)
 
     def settings_changed(self) -> None:
         self.generation += 1
@@ -186,6 +188,7 @@ class CompletionFlow:
             budget_tokens=settings.context.budget_tokens,
             multiline=settings.completion.multiline,
             mid_word=settings.completion.mid_word,
+            plain=not settings.completion.speculative,
             kv_compression=settings.compression.kv_compression,
             kv_ratio=settings.compression.kv_ratio,
             min_prompt_tokens=settings.compression.min_prompt_tokens,
