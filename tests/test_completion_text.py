@@ -76,8 +76,7 @@ def test_mid_word_detection():
     [
         ("x = TypeErr", "x =", " TypeErr"),
         ("foo.", "foo.", ""),
-        ("    ", "", "    "),
-        ("x = 1\n        ", "x = 1\n", "        "),
+        ("    ", "   ", " "),
         ("a\n", "a\n", ""),
     ],
 )
