@@ -60,6 +60,11 @@ def test_unmatched_closer_is_cut():
     assert finish(" + 1) * 2", s, multiline=False) == " + 1"
 
 
+def test_indentation_is_not_doubled_after_an_indented_cursor():
+    s = situation("def f(x):\n    ")
+    assert finish("       return x\n", s, multiline=True) == "return x"
+
+
 def test_repetition_and_whitespace_only():
     s = situation("def f():\n    ")
     assert finish("x = 1\n    x = 1\n    x = 1\n    x = 1", s, True) == "x = 1"

@@ -77,6 +77,10 @@ def drop_repetition(text: str) -> str:
 
 
 def finish(text: str, situation: CursorSituation, multiline: bool) -> str:
+    if not situation.line_prefix.strip() and not text.startswith("\n"):
+        # The cursor already sits after the indentation; models write a line's indentation
+        # themselves, so what they add before the first code would indent it twice.
+        text = text.lstrip(" \t")
     if multiline:
         end = block_end(text + "\n", situation)
         if end is not None:
