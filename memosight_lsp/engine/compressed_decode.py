@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from .greedy import AllowedTokens, Generation, StopRules, pick, stop_reason_for
+from .greedy import AllowedTokens, Generation, StopRules, pick, stop_reason_for, take_next
 from .kv_compress import (
     CompressedKV,
     QueryCapture,
@@ -127,15 +127,7 @@ def decode_greedy(
     uniform: bool = True,
 ) -> None:
     """Greedy from the prompt's last logits [V] on a (compressed) cache; fills `result`."""
-    while True:
-        allowed = allowed_tokens(result.tokens) if allowed_tokens else None
-        token = pick(logits, allowed)
-        reason = stop_reason_for(token, result.tokens, rules)
-        if reason is None and rules.cancelled is not None and rules.cancelled():
-            reason = "cancelled"
-        if reason is not None:
-            result.stop_reason = reason
-            return
+    while (token := take_next(logits, result, rules, allowed_tokens)) is not None:
         # Positions continue from the prompt length, not from the (shorter) cache length.
         logits = feed(model, [token], cache, position, uniform=uniform)[-1]
         position += 1
@@ -193,15 +185,8 @@ class CompressedDraftDecoder:
         committed = list(prompt_ids)  # ids whose keys/values are in the full cache
         draft_fed = len(prompt_ids)  # committed ids the draft cache holds
         drafted = accepted = 0
-        while True:
-            allowed = allowed_tokens(result.tokens) if allowed_tokens else None
-            token = pick(logits, allowed)
-            reason = stop_reason_for(token, result.tokens, rules)
-            if reason is None and rules.cancelled is not None and rules.cancelled():
-                reason = "cancelled"
-            if reason is not None:
-                result.stop_reason = reason
-                break
+        while (token := take_next(logits, result, rules, allowed_tokens)) is not None:
+            reason: str | None = None  # set when an accepted draft token ends generation
             committed.append(token)
             room = min(rules.max_new_tokens - len(result.tokens), self.draft_tokens)
             proposal: list[int] = []

@@ -73,6 +73,25 @@ def stop_reason_for(token: int, new_tokens: list[int], rules: StopRules) -> str 
     return None
 
 
+def take_next(
+    logits: torch.Tensor,
+    result: Generation,
+    rules: StopRules,
+    allowed_tokens: AllowedTokens | None,
+) -> int | None:
+    """The greedy next token from logits [V], recorded in result; None once generation ends
+    (result.stop_reason then says why). Every decoder steps through this, so all stop alike."""
+    allowed = allowed_tokens(result.tokens) if allowed_tokens else None
+    token = pick(logits, allowed)
+    reason = stop_reason_for(token, result.tokens, rules)
+    if reason is None and rules.cancelled is not None and rules.cancelled():
+        reason = "cancelled"
+    if reason is not None:
+        result.stop_reason = reason
+        return None
+    return token
+
+
 def greedy_generate(
     model,
     prompt_ids: Sequence[int],
@@ -91,15 +110,7 @@ def greedy_generate(
     result.forward_passes = 1
     prefilled = time.perf_counter()
     result.prefill_ms = (prefilled - started) * 1000
-    while True:
-        allowed = allowed_tokens(result.tokens) if allowed_tokens else None
-        token = pick(logits, allowed)
-        reason = stop_reason_for(token, result.tokens, rules)
-        if reason is None and rules.cancelled is not None and rules.cancelled():
-            reason = "cancelled"
-        if reason is not None:
-            result.stop_reason = reason
-            break
+    while (token := take_next(logits, result, rules, allowed_tokens)) is not None:
         logits = forward(model, torch.tensor([[token]], device=device), cache)[-1]  # [V]
         result.forward_passes += 1
     result.decode_ms = (time.perf_counter() - prefilled) * 1000

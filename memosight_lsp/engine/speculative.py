@@ -38,6 +38,7 @@ from .greedy import (
     greedy_generate,
     pick,
     stop_reason_for,
+    take_next,
 )
 from .heads import find_heads
 from .prefix_cache import PrefixCache
@@ -258,15 +259,8 @@ class SpeculativeDecoder:
         previous = self.previous.get(buffer_id) if buffer_id is not None else None
         drafted = accepted_total = 0
         by_source: dict[str, int] = {}
-        while True:
-            allowed = allowed_tokens(result.tokens) if allowed_tokens else None
-            token = pick(logits, allowed)
-            reason = stop_reason_for(token, result.tokens, rules)
-            if reason is None and rules.cancelled is not None and rules.cancelled():
-                reason = "cancelled"
-            if reason is not None:
-                result.stop_reason = reason
-                break
+        while (token := take_next(logits, result, rules, allowed_tokens)) is not None:
+            reason: str | None = None  # set when an accepted draft token ends generation
             committed.append(token)
             if context is not None:
                 context.extend((token,))
