@@ -14,6 +14,8 @@ class CursorSituation:
     line_suffix: str  # the cursor's line after the cursor
     previous_line: str  # the nearest non-blank line above
     indent: str  # indentation of the block the completion belongs to
+    # From the syntax tree: in a string, comment or bracketed expression (None: no grammar).
+    in_expression: bool | None = None
 
     @property
     def mid_word(self) -> bool:
@@ -26,7 +28,9 @@ def leading_ws(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
-def describe_cursor(prefix: str, suffix: str) -> CursorSituation:
+def describe_cursor(
+    prefix: str, suffix: str, *, in_expression: bool | None = None
+) -> CursorSituation:
     before_lines = prefix.split("\n")
     line_prefix = before_lines[-1]
     line_suffix = suffix.split("\n", 1)[0]
@@ -42,7 +46,11 @@ def describe_cursor(prefix: str, suffix: str) -> CursorSituation:
     else:
         indent = line_prefix
     return CursorSituation(
-        line_prefix=line_prefix, line_suffix=line_suffix, previous_line=previous, indent=indent
+        line_prefix=line_prefix,
+        line_suffix=line_suffix,
+        previous_line=previous,
+        indent=indent,
+        in_expression=in_expression,
     )
 
 
@@ -52,8 +60,8 @@ def wants_multiline(situation: CursorSituation, policy: str) -> bool:
         return True
     if policy == "never":
         return False
-    if situation.line_suffix.strip():
-        return False  # code follows on this line: finish the expression only
+    if situation.line_suffix.strip() or situation.in_expression:
+        return False  # code follows, or inside a string/comment/expression: finish it only
     stripped = situation.line_prefix.strip()
     if stripped:
         return stripped.endswith(BLOCK_OPENERS)

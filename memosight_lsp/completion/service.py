@@ -21,6 +21,7 @@ from .healing import HealingConstraint, VocabularyText
 from .policy import describe_cursor, wants_multiline
 from .positions import split_at
 from .prompt import MARKER_RESERVE, Prompt, build_prompt
+from .syntax import inside_expression
 
 if TYPE_CHECKING:
     from memosight_lsp.workspace import WorkspaceIndex
@@ -143,7 +144,12 @@ class CompletionEngine:
     ) -> Completion:
         started = time.perf_counter()
         prefix, suffix = split_at(request.text, request.line, request.column)
-        situation = describe_cursor(prefix, suffix)
+        syntax = (
+            inside_expression(prefix, suffix, path=request.path, language_id=request.language_id)
+            if request.multiline == "auto"
+            else None
+        )
+        situation = describe_cursor(prefix, suffix, in_expression=syntax)
         if request.mid_word == "skip" and situation.mid_word:
             return Completion(text="", reason="the cursor is inside a word (midWord is 'skip')")
         multiline = wants_multiline(situation, request.multiline)

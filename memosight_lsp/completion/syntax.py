@@ -1,0 +1,105 @@
+"""What the syntax tree says about the cursor: inside a string, a comment, or mid-expression.
+
+Text rules alone get `x = {"key":`, `s = "usage:` or `# Example:` wrong (they end like a block
+header); tree-sitter knows the cursor is in a dictionary, a string, a comment.
+"""
+
+from __future__ import annotations
+
+from memosight_lsp.workspace.languages import language_for, parser
+
+MAX_PARSE_BYTES = 1_000_000  # beyond this, the text rules decide alone
+
+STRING_OR_COMMENT = {
+    "string",
+    "string_content",
+    "string_literal",
+    "raw_string_literal",
+    "template_string",
+    "interpreted_string_literal",
+    "char_literal",
+    "character_literal",
+    "comment",
+    "line_comment",
+    "block_comment",
+    "text_block",
+}
+BRACKETED = {
+    "argument_list",
+    "arguments",
+    "parameters",
+    "formal_parameters",
+    "parameter_list",
+    "list",
+    "tuple",
+    "dictionary",
+    "set",
+    "parenthesized_expression",
+    "subscript",
+    "array",
+    "object",
+    "generator_expression",
+    "list_comprehension",
+    "dictionary_comprehension",
+    "set_comprehension",
+    "initializer_list",
+    "composite_literal",
+    "literal_value",
+    "tuple_expression",
+    "array_expression",
+}
+OPENERS = "([{"
+
+
+def inside_expression(
+    prefix: str, suffix: str, *, path: str | None, language_id: str | None
+) -> bool | None:
+    """True when the cursor is in a string, a comment or a bracketed expression it does not
+    open; False when it is not; None when the language has no grammar (the text rules decide)."""
+    spec = language_for(path, language_id)
+    if spec is None:
+        return None
+    before = prefix.encode("utf-8", "surrogatepass")
+    source = before + suffix.encode("utf-8", "surrogatepass")
+    if len(source) > MAX_PARSE_BYTES or not before:
+        return None
+    tree = parser(spec).parse(source)
+    offset = len(before)
+    if tree.root_node.has_error:
+        # Unclosed brackets or quotes parse as ERROR: read the cursor's line instead.
+        return unclosed_on_line(prefix.rsplit("\n", 1)[-1])
+    node = tree.root_node.descendant_for_byte_range(offset - 1, offset - 1)
+    last_code = prefix.rstrip()[-1:]
+    while node is not None:
+        inside = node.start_byte < offset < node.end_byte
+        if inside and node.type in STRING_OR_COMMENT:
+            return True
+        if (
+            node.type in STRING_OR_COMMENT
+            and node.end_byte == offset
+            and node.type.endswith("comment")
+        ):
+            return True  # a line comment ends where the line does
+        if inside and node.type in BRACKETED and last_code not in OPENERS:
+            return True
+        node = node.parent
+    return False
+
+
+def unclosed_on_line(line: str) -> bool:
+    """An open quote, or an open bracket the cursor is not right after, in the line's text."""
+    quote = ""
+    depth = 0
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote and line[i - 1 : i] != "\\":
+                quote = ""
+        elif ch in "\"'`":
+            quote = ch
+        elif ch == "#" or line.startswith("//", i):
+            return True  # the cursor is in a comment
+        elif ch in OPENERS:
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+    return bool(quote) or (depth > 0 and line.rstrip()[-1:] not in OPENERS)
