@@ -29,6 +29,18 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_position_arguments(parser: argparse.ArgumentParser) -> None:
+    """FILE --line L --character C, as an editor names a cursor."""
+    parser.add_argument("file", help="the source file")
+    parser.add_argument("--line", type=int, required=True, help="0-based line")
+    parser.add_argument(
+        "--character",
+        type=int,
+        required=True,
+        help="0-based column in UTF-16 code units (as LSP counts)",
+    )
+
+
 def load_model_from_args(args: argparse.Namespace) -> LoadedModel:
     return load_model(args.model, device=args.device, dtype=args.dtype, fim_format=args.fim_format)
 
@@ -62,6 +74,7 @@ def read_source_file(path: str) -> str:
 __all__ = [
     "ModelLoadError",
     "add_model_options",
+    "add_position_arguments",
     "emit",
     "fail",
     "load_model_from_args",

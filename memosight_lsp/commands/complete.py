@@ -12,6 +12,7 @@ from memosight_lsp.workspace import WorkspaceIndex
 from .common import (
     ModelLoadError,
     add_model_options,
+    add_position_arguments,
     emit,
     fail,
     load_model_from_args,
@@ -22,14 +23,7 @@ from .index import scan_with_progress
 
 def register(sub) -> None:
     parser = sub.add_parser("complete", help="complete a file at a position", description=__doc__)
-    parser.add_argument("file", help="the source file")
-    parser.add_argument("--line", type=int, required=True, help="0-based line")
-    parser.add_argument(
-        "--character",
-        type=int,
-        required=True,
-        help="0-based column in UTF-16 code units (as LSP counts)",
-    )
+    add_position_arguments(parser)
     parser.add_argument(
         "--root",
         help="workspace root: index it (cached) and rank definitions from its other files into "

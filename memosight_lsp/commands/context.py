@@ -12,7 +12,7 @@ from memosight_lsp.completion.positions import utf16_to_index
 from memosight_lsp.context import PackedContext, build_context
 from memosight_lsp.workspace import WorkspaceIndex
 
-from .common import emit, fail, read_source_file
+from .common import add_position_arguments, emit, fail, read_source_file
 from .index import scan_with_progress
 
 log = logging.getLogger(__name__)
@@ -22,14 +22,7 @@ def register(sub) -> None:
     parser = sub.add_parser(
         "context", help="print the packed context at a position", description=__doc__
     )
-    parser.add_argument("file", help="the source file")
-    parser.add_argument("--line", type=int, required=True, help="0-based line")
-    parser.add_argument(
-        "--character",
-        type=int,
-        required=True,
-        help="0-based column in UTF-16 code units (as LSP counts)",
-    )
+    add_position_arguments(parser)
     parser.add_argument(
         "--root", help="workspace root (default: the nearest folder above FILE with .git)"
     )
