@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import posixpath
 from dataclasses import dataclass, replace
 from typing import Any
@@ -155,7 +156,16 @@ def register(server: MemoSightServer) -> None:
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: MemoSightServer, params: Any) -> None:
+        ls.shutdown_requested = True
         ls.stop_worker()
+
+    @server.feature(types.EXIT)
+    def exit_now(ls: MemoSightServer, params: Any) -> None:
+        # Leave at once: interpreter teardown (torch, the blocked stdin reader thread) takes
+        # seconds, and editors kill a server that is slow to exit. Replies are already flushed.
+        ls.stop_worker()
+        logging.shutdown()
+        os._exit(0 if ls.shutdown_requested else 1)
 
 
 def to_fs_path(uri: str) -> str:

@@ -60,6 +60,7 @@ class MemoSightServer(LanguageServer):
             protocol_cls=RobustProtocol,
         )
         self.settings = Settings()
+        self.shutdown_requested = False  # the exit code depends on it (LSP spec)
         self.raw_settings: dict[str, Any] = {}
         self.stats = ServerStats()
         self.scheduler = Scheduler()
