@@ -6,10 +6,11 @@ Budget policy (B = budget_tokens, all counted with the caller's `count_tokens`):
   everything left over without one. Lines nearest the cursor are kept first.
 - When that window does not reach the top of the enclosing function/class, their heads (header +
   docstring) are kept above it, so a long function keeps its head and the lines near the cursor.
-- Ranked snippets share the rest, coverage first: every candidate that fits gets its header (in
-  score order), then headers are upgraded to header + docstring (for types: with their members'
-  headers), then the best ones to their full text while room remains (one full snippet may
-  take at most half of that share). Unused room flows back to the current file's prefix.
+- Ranked snippets share the rest, coverage first: every candidate that fits gets its header
+  joined onto one line (in score order), then types get their constructor's header, then
+  stubs get their docstring (types: their members' headers), then the best ones their full
+  text while room remains (one full snippet may take at most half of that share). Unused room
+  flows back to the current file's prefix.
 - The final prompt is counted whole and trimmed (lowest-scored snippet first, then the farthest
   prefix lines, then the suffix's last lines) until it fits: the budget is never exceeded.
 
@@ -29,7 +30,15 @@ from dataclasses import dataclass, field
 from memosight_lsp.workspace import Definition, LanguageSpec, WorkspaceIndex, language_for
 
 from .rank import Candidate, Ranker
-from .render import join_lines, render_full, render_head, render_signature
+from .render import (
+    CONSTRUCTOR,
+    DOCUMENTED,
+    HEADER,
+    join_lines,
+    render_full,
+    render_head,
+    render_signature,
+)
 from .tokens import TokenCounter, counter_for
 from .types import PackedContext, Snippet
 
@@ -39,6 +48,7 @@ MIN_PREFIX_SHARE = 1 / 4
 HEAD_SHARE = 1 / 8
 MAX_FULL_SHARE = 1 / 2
 MAX_FULL_UPGRADES = 6
+FULL = DOCUMENTED + 1  # a definition's whole text
 # No tokenizer packs code denser than this: longer texts cannot fit and are not counted.
 MAX_CHARS_PER_TOKEN = 12
 
@@ -56,7 +66,7 @@ class _Piece:
     tokens: int
     score: float
     candidate: Candidate | None = None
-    level: int = 0  # 1 header, 2 header + docstring, 3 full
+    level: int = 0  # render.HEADER, CONSTRUCTOR, DOCUMENTED, or FULL
 
 
 @dataclass(slots=True)
@@ -207,15 +217,15 @@ class _Selector:
         return self.texts[rel]
 
     def render(self, c: Candidate, level: int) -> str | None:
-        """Level 1: header only; 2: header and docstring (stub); 3: the full definition."""
+        """A stub at render's levels of detail (HEADER, CONSTRUCTOR, DOCUMENTED), or FULL."""
         if c.definition is None:
             return c.text
         lines = self.lines_of(c.path)
         if lines is None or c.symbols is None or c.end_line >= len(lines):
             return None
-        if level >= 3:
+        if level >= FULL:
             return render_full(lines, c.definition)
-        return render_signature(lines, c.symbols, c.def_index, docs=level == 2)
+        return render_signature(lines, c.symbols, c.def_index, detail=level)
 
     def select(
         self, candidates: list[Candidate], budget: int, blocked: tuple[int, int]
@@ -233,7 +243,7 @@ class _Selector:
                 continue  # already visible in the prefix window
             if any(_covers(p, c) for p in chosen):
                 continue
-            text = self.render(c, 1)
+            text = self.render(c, HEADER)
             if not text or text in seen_text:
                 continue
             tokens = self.counter.piece(text)
@@ -248,18 +258,19 @@ class _Selector:
             seen_text.add(text)
             kind = "window" if c.definition is None else "signature"
             piece = _piece(c, kind, text, tokens)
-            piece.level = 1
+            piece.level = HEADER
             chosen.append(piece)
         by_score = sorted(chosen, key=lambda p: (-p.score, p.path, p.start_line))
-        used = self._upgrade(by_score, chosen, 2, len(by_score), budget, used)
-        used = self._upgrade(by_score, chosen, 3, MAX_FULL_UPGRADES, budget, used)
+        for level in (CONSTRUCTOR, DOCUMENTED):
+            used = self._upgrade(by_score, chosen, level, len(by_score), budget, used)
+        used = self._upgrade(by_score, chosen, FULL, MAX_FULL_UPGRADES, budget, used)
         for piece in chosen:
             source = piece.candidate
             if (
                 piece.kind == "signature"
                 and source is not None
                 and piece.end_line - piece.start_line < 4  # only short ones can be whole already
-                and piece.text == self.render(source, 3)
+                and piece.text == self.render(source, FULL)
             ):
                 piece.kind = "full"
         return chosen, used
@@ -285,26 +296,28 @@ class _Selector:
                 piece.level = level
                 continue
             # Counting a huge class only to drop it costs more than the rest of the packing.
-            limit_tokens = budget * MAX_FULL_SHARE if level == 3 else budget - used + piece.tokens
+            limit_tokens = (
+                budget * MAX_FULL_SHARE if level == FULL else budget - used + piece.tokens
+            )
             if len(text) > limit_tokens * MAX_CHARS_PER_TOKEN:
                 continue
             tokens = self.counter.piece(text)
             members = []
-            if level == 3:  # a full class makes its members' own chunks redundant
+            if level == FULL:  # a full class makes its members' own chunks redundant
                 members = [
                     p
                     for p in chosen
                     if p is not piece and p.path == piece.path and _inside(p, piece)
                 ]
             extra = tokens - piece.tokens - sum(p.tokens for p in members)
-            if (level == 3 and tokens > budget * MAX_FULL_SHARE) or used + extra > budget:
+            if (level == FULL and tokens > budget * MAX_FULL_SHARE) or used + extra > budget:
                 continue
             used += extra
             done += 1
             for member in members:
                 chosen.remove(member)
             piece.text, piece.tokens, piece.level = text, tokens, level
-            if level == 3:
+            if level == FULL:
                 piece.kind = "full"
         return used
 

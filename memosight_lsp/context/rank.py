@@ -35,7 +35,11 @@ W_GLOBAL = 0.6
 W_GLOBAL_PYTHON = 0.15
 W_ATTRIBUTE = 0.25  # `x.name` with x of unknown type: any member called `name`
 W_IMPORT_BASELINE = 0.2  # imported names not used near the cursor: likely to be used next
-W_TOPIC = 0.6  # ... more so when their name shares words with the code at the cursor
+W_TOPIC = 0.6
+W_UNUSED_IMPORT = 0.8  # imported names the file does not use yet
+UNUSED_IMPORTS_CLEAR = 8  # more unused imports than this (re-export modules) weigh less each
+W_IMPORT_USES = 0.0  # imported names by how often the file uses them
+IMPORT_USES_FULL = 8  # ... more so when their name shares words with the code at the cursor
 TOPIC_LINES = 12
 W_MODULE_TOPIC = 0.3
 W_RECENT = 0.5
@@ -289,14 +293,20 @@ class Ranker:
         # Imported names not used yet are what the next line is likely to call; those whose
         # name speaks of what the code around the cursor talks about most of all.
         topic = self.topic_words()
+        uses = self.import_uses(bound)
+        unused = sum(1 for n in uses.values() if n == 0)
+        unused_weight = W_UNUSED_IMPORT * min(1.0, UNUSED_IMPORTS_CLEAR / max(1, unused))
         for alias, imports in bound.items():
             parts = subwords(alias)
             related = sum(topic.get(p, 0.0) for p in parts) / max(1, len(parts))
+            weight = W_IMPORT_BASELINE + W_TOPIC * min(related, 1.0)
+            if uses.get(alias) == 0:
+                weight += unused_weight
             for imp in imports:
                 for target, name in index.resolve_import(rel, language, imp):
                     if name not in (None, "*"):
                         for hit in self.defs_named(target, name):
-                            self.add(*hit, W_IMPORT_BASELINE + W_TOPIC * min(related, 1.0))
+                            self.add(*hit, weight)
 
         # Modules the file uses (`cli.load_dotenv()`): their top-level names on the topic.
         for alias, files in module_files.items():
@@ -314,6 +324,13 @@ class Ranker:
         self.recent()
         self.similar_windows(import_files)
         return self.collect()
+
+    def import_uses(self, bound: Mapping[str, list[Import]]) -> dict[str, int]:
+        """How often each imported name appears in the file besides its import. Names imported
+        but not used yet were imported to be used: the code being written is their likeliest
+        user. (A substring count: a name inside a longer one counts as a use.)"""
+        text = "\n".join(self.lines)
+        return {alias: max(0, text.count(alias) - 1) for alias in bound if len(alias) > 1}
 
     def global_lookup(self, word: str, weight: float, *, members: bool) -> None:
         """A name found only in the workspace symbol table: trusted if defined in few files."""
@@ -423,6 +440,8 @@ class Ranker:
 
     def collect(self) -> list[Candidate]:
         out: list[Candidate] = []
+        # One chunk per name and file: `@overload` stubs give way to the implementation.
+        chosen: dict[tuple[str, str], Candidate] = {}
         for (rel, i), score in self.scores.items():
             outline = self.outline(rel)
             if outline is None or i >= len(outline.definitions):
@@ -430,7 +449,16 @@ class Ranker:
             d = outline.definitions[i]
             if rel in self.open and rel != self.rel:
                 score *= OPEN_BUFFER_BOOST
-            out.append(Candidate(rel, d, i, d.first_line, d.end_line, score, outline))
+            candidate = Candidate(rel, d, i, d.first_line, d.end_line, score, outline)
+            key = (rel, d.qualname)
+            other = chosen.get(key)
+            if other is None or _preferred(candidate, other):
+                if other is not None:
+                    candidate.score = max(score, other.score)
+                chosen[key] = candidate
+            else:
+                other.score = max(score, other.score)
+        out.extend(chosen.values())
         out.extend(self.windows)
         out.sort(key=lambda c: (-c.score, c.path, c.start_line, c.def_index))
         return out[:MAX_CANDIDATES]
@@ -469,6 +497,20 @@ def _name_table(outline: FileSymbols) -> dict[str, list[int]]:
         if len(_name_tables) > 1024:
             _name_tables.popitem(last=False)
     return table
+
+
+def _is_overload(d: Definition) -> bool:
+    return d.signature.startswith(("@overload", "@typing.overload", "@t.overload"))
+
+
+def _preferred(a: Candidate, b: Candidate) -> bool:
+    """Of two definitions with one name in one file: the implementation over an `@overload`
+    stub, else the first (a property's getter before its setter)."""
+    assert a.definition is not None and b.definition is not None
+    stub_a, stub_b = _is_overload(a.definition), _is_overload(b.definition)
+    if stub_a != stub_b:
+        return stub_b
+    return a.def_index < b.def_index
 
 
 def _pairs(text: str) -> list[tuple[str, str]]:

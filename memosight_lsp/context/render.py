@@ -3,6 +3,7 @@ for classes the headers of their members)."""
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 
 from memosight_lsp.workspace import Definition, FileSymbols
@@ -11,6 +12,9 @@ MAX_DOC_LINES = 6
 MAX_MEMBERS = 10
 _QUOTES = ('"""', "'''")
 _CONSTRUCTORS = frozenset({"__init__", "constructor", "new"})
+_OPEN_SPACE = re.compile(r"([(\[{]) ")
+_CLOSE_SPACE = re.compile(r",? ([)\]}])")
+_COMMENT = re.compile(r"#|//|/\*").search
 
 
 def join_lines(lines: list[str]) -> str:
@@ -40,8 +44,12 @@ def _doc_lines(lines: list[str], d: Definition, python: bool) -> list[str]:
     return head
 
 
-def _header_lines(lines: list[str], d: Definition, python: bool, stub: bool = True) -> list[str]:
+def _header_lines(
+    lines: list[str], d: Definition, python: bool, stub: bool = True, compact: bool = False
+) -> list[str]:
     header = list(lines[d.start_line : d.sig_end_line + 1])
+    if compact:
+        header = _one_line(header)
     if not header or not stub:
         return header
     last = header[-1].rstrip()
@@ -54,29 +62,51 @@ def _header_lines(lines: list[str], d: Definition, python: bool, stub: bool = Tr
     return header
 
 
+def _one_line(header: list[str]) -> list[str]:
+    """A signature spread over several lines (one parameter per line) joined into one: the
+    same names and types for about two thirds of the tokens. Decorator lines stay as they are."""
+    first = 0
+    while first < len(header) - 1 and header[first].lstrip().startswith("@"):
+        first += 1
+    if len(header) - first <= 1 or any(_COMMENT(part) for part in header[first:]):
+        return header  # a comment would swallow the rest of the joined line
+    indent = header[first][: len(header[first]) - len(header[first].lstrip())]
+    joined = " ".join(part.strip() for part in header[first:] if part.strip())
+    joined = _OPEN_SPACE.sub(r"\1", joined)
+    joined = _CLOSE_SPACE.sub(r"\1", joined)
+    return [*header[:first], indent + joined]
+
+
+# How much of a definition a stub shows, least first.
+HEADER = 1  # the header alone, joined onto one line
+CONSTRUCTOR = 2  # ... and for types, how to construct one
+DOCUMENTED = 3  # header, docstring / leading comment, and for types their members' headers
+
+
 def render_signature(
-    lines: list[str], symbols: FileSymbols, index: int, *, docs: bool = True
+    lines: list[str], symbols: FileSymbols, index: int, *, detail: int = DOCUMENTED
 ) -> str:
-    """Header, docstring (Python) or leading comment (others), and member headers for types."""
+    """A stub of the definition at the given detail (HEADER, CONSTRUCTOR or DOCUMENTED)."""
     d = symbols.definitions[index]
     python = symbols.language == "python"
+    docs = detail >= DOCUMENTED
     out: list[str] = []
     doc = _doc_lines(lines, d, python) if docs else []
     before_header = d.doc_start >= 0 and d.doc_start < d.start_line
     if before_header:
         out.extend(doc)
-    members = _members(symbols, index)
-    if not docs:  # the compact level: how to construct it, nothing more
+    members = _members(symbols, index) if detail > HEADER else []
+    if detail == CONSTRUCTOR:
         members = [m for m in members if m.name in _CONSTRUCTORS]
     # A docstring is a valid body on its own; only a bare header needs the `...` stub.
     bare = not members and not (doc and not before_header and python)
-    header = _header_lines(lines, d, python, stub=bare)
+    header = _header_lines(lines, d, python, stub=bare, compact=not docs)
     out.extend(header)
     if doc and not before_header:
         out.extend(doc)
     if members:
         for member in members:
-            out.extend(_header_lines(lines, member, python))
+            out.extend(_header_lines(lines, member, python, compact=not docs))
         if not python and header and not header[-1].rstrip().endswith("}"):
             indent = header[0][: len(header[0]) - len(header[0].lstrip())]
             out.append(indent + "}")
