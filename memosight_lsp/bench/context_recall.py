@@ -8,7 +8,9 @@ that definition's header (`def name(` / `class name`) under the defining file's 
 
 Three contexts are compared at each budget: the ranked context, the current file alone, and
 Copilot-style neighbour windows (the most Jaccard-similar 20-line windows of the other files in
-the same folder, as if they were open tabs).
+the same folder, as if they were open tabs). With `--rerank-model` a fourth: the ranked context
+with that model as second-stage ranker (engine/chunk_scoring.py) wherever the candidates
+overflow the room, at the budgets given by `--rerank-budgets`.
 
     python -m memosight_lsp.bench.context_recall /work/evaldata/projects/* --tokenizer T.json
 """
@@ -29,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memosight_lsp.context import build_context
+from memosight_lsp.context import Rerank, build_context
 from memosight_lsp.context.lexical import best_windows, identifiers
 from memosight_lsp.workspace import WorkspaceIndex
 
@@ -188,19 +190,36 @@ def neighbour_windows(
     return "".join(parts) + own.prefix
 
 
+def load_rerank(model: str) -> Rerank:
+    """The chunk scorer of a model folder ("default": the embedded model) as a Rerank."""
+    from memosight_lsp.engine.chunk_scoring import ChunkScorer, text_scorer
+    from memosight_lsp.engine.loading import load_model
+
+    loaded = load_model(None if model == "default" else model)
+    tokenizer = loaded.tokenizer
+    scorer = ChunkScorer(loaded.model, bos_id=tokenizer.bos_token_id)
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    return Rerank(score=text_scorer(scorer, encode))
+
+
 def run_project(
     root: Path,
     cases: Sequence[Case],
     count: Callable[[str], int],
     budgets: Sequence[int],
     cache_dir: Path,
-) -> tuple[dict[str, dict[int, int]], list[float]]:
+    rerank: tuple[Rerank, Sequence[int]] | None = None,
+) -> tuple[dict[str, dict[int, int]], list[float], list[float]]:
+    """Hits per method and budget, build times at 1,024 tokens, model-scored build times."""
     index = WorkspaceIndex(root, cache_dir=cache_dir)
     index.scan()
-    hits: dict[str, dict[int, int]] = {
-        m: dict.fromkeys(budgets, 0) for m in ("ranked", "currentFile", "neighbourWindows")
-    }
+    methods = ["ranked", "currentFile", "neighbourWindows"] + (["modelScored"] if rerank else [])
+    hits: dict[str, dict[int, int]] = {m: dict.fromkeys(budgets, 0) for m in methods}
     timings: list[float] = []
+    rerank_ms: list[float] = []
     texts: dict[str, str] = {}
     for case in cases:
         original = texts.setdefault(
@@ -238,8 +257,23 @@ def run_project(
             hits["currentFile"][budget] += recalled(plain.prefix, case)
             windows = neighbour_windows(root, case, text, column, budget, count, scored)
             hits["neighbourWindows"][budget] += recalled(windows, case)
+            if rerank is not None and budget in rerank[1]:
+                started = time.perf_counter()
+                model_scored = build_context(
+                    text=text,
+                    path=path,
+                    line=case.line,
+                    column=column,
+                    language_id="python",
+                    budget_tokens=budget,
+                    count_tokens=count,
+                    index=index,
+                    rerank=rerank[0],
+                )
+                rerank_ms.append((time.perf_counter() - started) * 1000)
+                hits["modelScored"][budget] += recalled(model_scored.prefix, case)
         index.close_buffer(path)
-    return hits, timings
+    return hits, timings, rerank_ms
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -249,13 +283,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=100, help="cases sampled per project")
     parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--rerank-model", help="model folder (or 'default') scoring chunks as second stage"
+    )
+    parser.add_argument("--rerank-budgets", type=int, nargs="+", default=[2048])
     args = parser.parse_args(argv)
     count, counter_name = load_counter(args.tokenizer)
-    totals = {
-        m: dict.fromkeys(args.budgets, 0) for m in ("ranked", "currentFile", "neighbourWindows")
-    }
+    rerank = (load_rerank(args.rerank_model), args.rerank_budgets) if args.rerank_model else None
+    methods = ["ranked", "currentFile", "neighbourWindows"] + (["modelScored"] if rerank else [])
+    totals = {m: dict.fromkeys(args.budgets, 0) for m in methods}
     per_project = {}
     timings: list[float] = []
+    rerank_timings: list[float] = []
     n_total = 0
     with tempfile.TemporaryDirectory() as tmp:
         for i, project in enumerate(args.projects):
@@ -265,8 +304,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sample = sorted(
                 rng.sample(cases, min(args.cases, len(cases))), key=lambda c: (c.rel, c.line)
             )
-            hits, times = run_project(root, sample, count, args.budgets, Path(tmp) / str(i))
+            hits, times, reranked = run_project(
+                root, sample, count, args.budgets, Path(tmp) / str(i), rerank
+            )
             timings.extend(times)
+            rerank_timings.extend(reranked)
             n = len(sample)
             n_total += n
             per_project[root.name] = {
@@ -295,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "projects": per_project,
     }
+    if rerank_timings:
+        result["modelScoredBuildMs"] = {"p50": round(statistics.median(rerank_timings), 1)}
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from memosight_lsp.context import build_context
+from memosight_lsp.context import Rerank, build_context
 from memosight_lsp.engine import compression_policy
+from memosight_lsp.engine.chunk_scoring import ChunkScorer, text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
 from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
 from memosight_lsp.engine.loading import LoadedModel
@@ -124,20 +125,39 @@ class CompletionEngine:
 
     def prepare(self, request: CompletionRequest) -> Prompt:
         """The prompt at the cursor: ranked workspace context packed into the budget."""
+        budget = self.context_budget(request)
         packed = build_context(
             text=request.text,
             path=request.path,
             line=request.line,
             column=request.column,
             language_id=request.language_id,
-            budget_tokens=self.context_budget(request),
+            budget_tokens=budget,
             count_tokens=self.count_tokens,
             # A huge or binary text is not parsed for ranking: it gets its own lines only.
             index=request.index if indexable(request.text) else None,
             open_buffers=request.open_buffers,
             recent_edits=request.recent_edits,
+            rerank=self.chunk_rerank(budget),
         )
         return build_prompt(packed, self.loaded.fim)
+
+    def chunk_rerank(self, budget: int) -> Rerank | None:
+        """The model as second-stage context ranker, where the policy allows it."""
+        model = self.loaded.model
+        if compression_policy.chunk_scoring_refusal(budget, model, self.compression):
+            return None
+        tokenizer = self.loaded.tokenizer
+        scorer = ChunkScorer(model, bos_id=tokenizer.bos_token_id)
+
+        def encode(text: str) -> list[int]:
+            return tokenizer.encode(text, add_special_tokens=False)
+
+        return Rerank(
+            score=text_scorer(scorer, encode),
+            max_candidates=self.compression.chunk_max_candidates,
+            min_overflow=self.compression.chunk_min_overflow,
+        )
 
     def complete(
         self, request: CompletionRequest, *, cancelled: Callable[[], bool] | None = None
@@ -195,10 +215,22 @@ class CompletionEngine:
             stop_reason=generation.stop_reason,
             model=self.loaded.name,
             raw=raw,
-            stats=generation.stats
-            if request.kv_compression == "off" or request.plain
-            else {**generation.stats, "compression": _kv_decision(plan)},
+            stats=self._stats(request, generation, plan, prompt),
         )
+
+    @staticmethod
+    def _stats(
+        request: CompletionRequest,
+        generation: Generation,
+        plan: compression_policy.Plan,
+        prompt: Prompt,
+    ) -> dict[str, Any]:
+        stats = dict(generation.stats)
+        if request.kv_compression != "off" and not request.plain:
+            stats["compression"] = _kv_decision(plan)
+        if prompt.context.reranked:
+            stats["contextModelScored"] = True
+        return stats
 
     def plan(self, request: CompletionRequest, prompt_tokens: int) -> compression_policy.Plan:
         """Which compression runs for this request (the policy's decision, with reasons)."""
@@ -223,7 +255,6 @@ class CompletionEngine:
                 forget(buffer_id)
 
     def _decoder_for(self, request: CompletionRequest, plan: compression_policy.Plan) -> Decoder:
-        # Chunk scoring is not applied: build_context has no second-stage ranker hook yet.
         if plan.kv_mode == "off" or plan.kv_config is None:
             return self.decoder
         ratio, decoder = self._compressed.get(plan.kv_mode, (0, self.decoder))
@@ -241,6 +272,6 @@ class CompletionEngine:
 
 
 def _kv_decision(plan: compression_policy.Plan) -> dict[str, Any]:
-    """The KV part of a plan, for Completion.stats (chunk scoring is not wired)."""
+    """The KV part of a plan, for Completion.stats (chunk scoring shows in the prompt's stats)."""
     reasons = [r for r in plan.reasons if r.startswith("kv:")]
     return {"kvMode": plan.kv_mode, "reason": reasons[0] if reasons else None}

@@ -2,6 +2,6 @@
 the token budget. Counts tokens through a caller-supplied function (no tokenizer imported here)."""
 
 from .pack import build_context
-from .types import PackedContext, Snippet
+from .types import PackedContext, Rerank, Snippet
 
-__all__ = ["PackedContext", "Snippet", "build_context"]
+__all__ = ["PackedContext", "Rerank", "Snippet", "build_context"]

@@ -40,7 +40,7 @@ from .render import (
     render_signature,
 )
 from .tokens import TokenCounter, counter_for
-from .types import PackedContext, Snippet
+from .types import PackedContext, Rerank, Snippet
 
 SUFFIX_SHARE_INDEXED = 1 / 8
 SUFFIX_SHARE_PLAIN = 1 / 4
@@ -84,6 +84,7 @@ class _Layout:
     prefix_text: str = ""
     suffix_text: str = ""
     suffix_end: int = 0
+    reranked: bool = False
 
     def prefix(self) -> str:
         parts: list[str] = []
@@ -384,12 +385,13 @@ def build_context(
     index: WorkspaceIndex | None = None,
     open_buffers: Mapping[str, str] = {},  # read-only; the agreed signature
     recent_edits: Sequence[tuple[str, int]] = (),
+    rerank: Rerank | None = None,
 ) -> PackedContext:
     """The prompt halves for a completion at (line, column) — 0-based line, str-index column.
 
     Never exceeds `budget_tokens` as counted by `count_tokens`; a budget <= 0 gives an empty
     context. Without an index (or for a language without a grammar) the context is the current
-    file alone.
+    file alone. `rerank` reorders the structural ranker's best candidates when they overflow.
     """
     if budget_tokens <= 0:
         return PackedContext.empty()
@@ -433,13 +435,14 @@ def build_context(
             open_buffers=open_buffers,
             recent_edits=recent_edits,
         )
-        _ranked(layout, budget, counter, ranker, spec)
+        _ranked(layout, budget, counter, ranker, spec, rerank)
     prefix, tokens = _fit(layout, budget, counter)
     return PackedContext(
         prefix=prefix,
         suffix=layout.suffix_text,
         snippets=layout.snippets(counter),
         prompt_tokens=tokens,
+        reranked=layout.reranked,
     )
 
 
@@ -453,7 +456,12 @@ def _plain(layout: _Layout, budget: int, counter: TokenCounter) -> None:
 
 
 def _ranked(
-    layout: _Layout, budget: int, counter: TokenCounter, ranker: Ranker, spec: LanguageSpec
+    layout: _Layout,
+    budget: int,
+    counter: TokenCounter,
+    ranker: Ranker,
+    spec: LanguageSpec,
+    rerank: Rerank | None = None,
 ) -> None:
     lines, line, column = layout.lines, layout.line, layout.column
     layout.suffix_end, layout.suffix_text, suffix_used = _suffix_window(
@@ -488,6 +496,12 @@ def _ranked(
     chosen: list[_Piece] = []
     if room > 0:
         candidates = ranker.rank()
+        if rerank is not None:
+            target = join_lines(lines[max(0, line - rerank.target_lines) : line])
+            target += lines[line][:column]
+            reordered = _model_order(candidates, rerank, selector, room, target)
+            layout.reranked = reordered is not None
+            candidates = reordered or candidates
         chosen, used = selector.select(candidates, room, (start, layout.suffix_end))
         room -= used
     layout.cross = [p for p in chosen if p.path != layout.current]
@@ -512,6 +526,34 @@ def _ranked(
                 local.remove(p)
     layout.window_start, layout.prefix_text = start, prefix_text
     layout.local = heads + local
+
+
+def _model_order(
+    candidates: list[Candidate], rerank: Rerank, selector: _Selector, room: int, target: str
+) -> list[Candidate] | None:
+    """The candidates with the first `max_candidates` in the second-stage ranker's order, their
+    scores rewritten to match it (trimming drops the lowest score first); None when they fit
+    without it (nothing to choose between) or there is no code above the cursor to judge by."""
+    head = [c for c in candidates[: rerank.max_candidates] if c.score > 0]
+    if len(head) < 2 or not target.strip():
+        return None
+    texts = [selector.render(c, DOCUMENTED) or "" for c in head]
+    if sum(selector.counter.piece(t) for t in texts) < rerank.min_overflow * room:
+        return None
+    gains = rerank.score(texts, target)
+    order = sorted(range(len(head)), key=lambda i: (-gains[i], i))
+    top = max(c.score for c in head)
+    out: list[Candidate] = []
+    for place, i in enumerate(order):
+        head[i].score = top * (len(head) - place) / len(head)
+        out.append(head[i])
+    floor = out[-1].score
+    kept = set(map(id, head))
+    for c in candidates:
+        if id(c) not in kept:
+            c.score = min(c.score, floor * 0.5)
+            out.append(c)
+    return out
 
 
 def _fit(layout: _Layout, budget: int, counter: TokenCounter) -> tuple[str, int]:

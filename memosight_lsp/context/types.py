@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 SNIPPET_KINDS = ("enclosing", "full", "signature", "window", "prefix", "suffix")
@@ -25,7 +26,21 @@ class PackedContext:
     suffix: str  # the code after the cursor
     snippets: list[Snippet]
     prompt_tokens: int  # count_tokens(prefix) + count_tokens(suffix) <= budget
+    reranked: bool = False  # a second-stage ranker (Rerank) ordered the candidates
 
     @classmethod
     def empty(cls) -> PackedContext:
         return cls(prefix="", suffix="", snippets=[], prompt_tokens=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rerank:
+    """A second-stage ranker (e.g. engine/chunk_scoring.py: how much each chunk lowers the
+    model's perplexity of the code above the cursor). Asked only when the structural ranker's
+    best candidates overflow the room, about the first `max_candidates` of them."""
+
+    # (chunk texts, target text) -> one score per chunk, higher: keep first
+    score: Callable[[Sequence[str], str], list[float]]
+    max_candidates: int = 32  # one model pass each: caps the latency
+    min_overflow: float = 1.5  # their tokens / the room for snippets before it pays
+    target_lines: int = 16  # lines up to the cursor that the chunks are judged on

@@ -42,6 +42,9 @@ class Thresholds:
     chunk_min_budget_tokens: int = 2048  # small budgets: the structural ranker is enough
     chunk_min_overflow: float = 1.5  # candidate tokens / room before model scoring pays
     chunk_max_candidates: int = 32  # one forward pass each: cap the latency
+    # One pass per candidate: ~1 s for 32 candidates with the default model on one CPU core
+    # (docs/compression.md), too slow for a keystroke; allowed on accelerators.
+    chunk_on_cpu: bool = False
 
 
 @dataclass(kw_only=True)
@@ -89,8 +92,8 @@ def plan(
         out.reasons.append(f"kv: {requested_kv} at {t.kv_ratio:g}x")
     overflow = candidate_tokens / max(budget_tokens, 1)
     out.recursive = candidate_tokens > budget_tokens
-    if budget_tokens < t.chunk_min_budget_tokens:
-        out.reasons.append(f"chunks: budget {budget_tokens} < {t.chunk_min_budget_tokens}")
+    if why_not := chunk_scoring_refusal(budget_tokens, model, t):
+        out.reasons.append(f"chunks: {why_not}")
     elif overflow < t.chunk_min_overflow:
         out.reasons.append(f"chunks: candidates fill {overflow:.2f}x of the budget")
     elif candidates > t.chunk_max_candidates:
@@ -99,3 +102,13 @@ def plan(
         out.chunk_scoring = True
         out.reasons.append(f"chunks: model-scored ({candidates} candidates, {overflow:.2f}x)")
     return out
+
+
+def chunk_scoring_refusal(budget_tokens: int, model: Any, thresholds: Thresholds) -> str | None:
+    """Why the context packer may not ask the model to score chunks; None when it may (it
+    then asks only when the candidates overflow the room, see context.Rerank)."""
+    if budget_tokens < thresholds.chunk_min_budget_tokens:
+        return f"budget {budget_tokens} < {thresholds.chunk_min_budget_tokens}"
+    if not thresholds.chunk_on_cpu and _on_cpu(model):
+        return "one model pass per chunk is too slow on CPU (measured)"
+    return None
