@@ -53,3 +53,24 @@ def test_settings_can_turn_it_off(tiny_model_dir):
     loaded = load_model(tiny_model_dir, device="cpu")
     engine = CompletionEngine(loaded, speculative=False)
     assert not isinstance(engine.decoder, SpeculativeDecoder)
+
+
+def test_open_buffers_feed_the_workspace_drafts(tiny_model_dir):
+    """Code open in another buffer that the model is about to write is drafted from there."""
+    loaded = load_model(tiny_model_dir, device="cpu")
+    text = (STDLIB / "shlex.py").read_text()
+    lines = text.splitlines()
+    request = dict(text=text, line=120, column=0, mid_word="complete", max_new_tokens=24)
+    plain = CompletionEngine(loaded).complete(CompletionRequest(**request, plain=True))
+    assert plain.new_tokens > 4
+    # Another buffer holding the lines above the cursor followed by what greedy decoding says.
+    other = "\n".join(lines[100:120]) + "\n" + plain.raw + "\n"
+    decoder = SpeculativeDecoder(sources=("workspace",))
+    engine = CompletionEngine(loaded, decoder=decoder)
+    fast = engine.complete(CompletionRequest(**request, open_buffers={"/other.py": other}))
+    assert (fast.raw, fast.text) == (plain.raw, plain.text)
+    assert fast.stats["acceptedBySource"].get("workspace", 0) > 0
+    assert decoder.workspace is not None
+    # Closing the other buffer takes its drafts away.
+    engine.complete(CompletionRequest(**request))
+    assert decoder.workspace is None

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from memosight_lsp.workspace import WorkspaceIndex
 
 
+# Tokens of other open buffers indexed for drafting (indexing costs ~1 us per token, once).
+MAX_DRAFT_BUFFER_TOKENS = 65_536
+
+
 @dataclass(frozen=True, kw_only=True)
 class CompletionRequest:
     text: str  # the whole document
@@ -110,6 +114,9 @@ class CompletionEngine:
         # One compressed decoder per KV mode (each keeps per-buffer caches), rebuilt when the
         # ratio changes: kv mode -> (ratio, decoder).
         self._compressed: dict[str, tuple[int, Decoder]] = {}
+        # Token ids of the other open buffers, the `workspace` draft source: (path, hash) -> ids.
+        self._buffer_ids: dict[tuple[str, int], list[int]] = {}
+        self._buffer_keys: list[tuple[str, int]] = []
 
     @cached_property
     def vocabulary(self) -> VocabularyText:
@@ -192,6 +199,7 @@ class CompletionEngine:
         constraint = HealingConstraint(healed, self.vocabulary, tokenizer) if healed else None
         plan = self.plan(request, len(prompt_ids))
         decode = greedy_generate if request.plain else self._decoder_for(request, plan)
+        self._draft_from_open_buffers(decode, request)
         # Per-buffer decoders keep the KV cache and last suggestion of each buffer.
         extra = {"buffer_id": request.buffer_id} if getattr(decode, "per_buffer", False) else {}
         generation = decode(
@@ -246,6 +254,30 @@ class CompletionEngine:
             model=self.loaded.model,
             thresholds=thresholds,
         )
+
+    def _draft_from_open_buffers(self, decoder: Decoder, request: CompletionRequest) -> None:
+        """The other open buffers as the decoder's `workspace` drafts (code is often typed
+        again from a file open next to it). Encoded once per buffer content."""
+        feed = getattr(decoder, "set_workspace_tokens", None)
+        if feed is None:
+            return
+        keys = [(path, hash(text)) for path, text in sorted(request.open_buffers.items())]
+        if keys == self._buffer_keys:
+            return  # the same buffers as last time: the decoder has them
+        self._buffer_keys = keys
+        known = self._buffer_ids
+        self._buffer_ids = {}
+        room = MAX_DRAFT_BUFFER_TOKENS
+        for key in keys:
+            if room <= 0:
+                break
+            ids = known.get(key)
+            if ids is None:
+                text = request.open_buffers[key[0]][: room * 8]  # no more than fits the room
+                ids = self.loaded.tokenizer.encode(text, add_special_tokens=False)[:room]
+            self._buffer_ids[key] = ids
+            room -= len(ids)
+        feed(list(self._buffer_ids.values()))
 
     def forget(self, buffer_id: str) -> None:
         """Drop a closed buffer's KV cache and last suggestion from every per-buffer decoder."""
