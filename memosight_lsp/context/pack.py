@@ -296,13 +296,6 @@ class _Selector:
             if not text or text == piece.text:
                 piece.level = level
                 continue
-            # Counting a huge class only to drop it costs more than the rest of the packing.
-            limit_tokens = (
-                budget * MAX_FULL_SHARE if level == FULL else budget - used + piece.tokens
-            )
-            if len(text) > limit_tokens * MAX_CHARS_PER_TOKEN:
-                continue
-            tokens = self.counter.piece(text)
             members = []
             if level == FULL:  # a full class makes its members' own chunks redundant
                 members = [
@@ -310,7 +303,15 @@ class _Selector:
                     for p in chosen
                     if p is not piece and p.path == piece.path and _inside(p, piece)
                 ]
-            extra = tokens - piece.tokens - sum(p.tokens for p in members)
+            freed = piece.tokens + sum(p.tokens for p in members)
+            # Counting a text that cannot fit costs more than the rest of the packing (cold).
+            limit_tokens = budget - used + freed
+            if level == FULL:
+                limit_tokens = min(limit_tokens, budget * MAX_FULL_SHARE)
+            if len(text) > limit_tokens * MAX_CHARS_PER_TOKEN:
+                continue
+            tokens = self.counter.piece(text)
+            extra = tokens - freed
             if (level == FULL and tokens > budget * MAX_FULL_SHARE) or used + extra > budget:
                 continue
             used += extra
