@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 MAX_NGRAM = 3
+OTHER = 10  # added to the match length of second guesses (their own acceptance counts)
 # Prior per-token acceptance rates before any counts (pseudo-counts of PRIOR_WEIGHT tokens).
 PRIORS = {
     ("previous", 3): 0.8,
@@ -100,38 +101,47 @@ class TokenIndex:
         self.max_n = max_n
         self.tokens: list[int] = []
         self.index: dict[object, int] = {}
+        # The latest earlier position whose next token differs: a second guess for the tree.
+        self.other: dict[object, int] = {}
         self.extend(tokens)
+
+    def _register(self, key: object, p: int) -> None:
+        old = self.index.get(key)
+        if old is not None and self.tokens[old] != self.tokens[p]:
+            self.other[key] = old
+        self.index[key] = p
 
     def extend(self, new: Sequence[int]) -> None:
         toks = self.tokens
-        index = self.index
         start = len(toks)
         toks.extend(new)
+        register = self._register
         # Register the n-grams ending just before each new position p, pointing at p.
         for p in range(max(start, 1), len(toks)):
-            index[toks[p - 1]] = p
+            register(toks[p - 1], p)
             if p >= 2:
-                index[(toks[p - 2], toks[p - 1])] = p
+                register((toks[p - 2], toks[p - 1]), p)
                 if p >= 3 and self.max_n >= 3:
-                    index[(toks[p - 3], toks[p - 2], toks[p - 1])] = p
+                    register((toks[p - 3], toks[p - 2], toks[p - 1]), p)
 
     def lookup(self, tail: Sequence[int], limit: int) -> list[tuple[int, list[int]]]:
-        """(match length, continuation) for each distinct match of the tail's last n-grams."""
+        """(match length, continuation) for each distinct match of the tail's last n-grams;
+        a second, older match with another next token comes as match length n + OTHER."""
         found: list[tuple[int, list[int]]] = []
         seen: set[int] = set()
         for n in range(min(self.max_n, len(tail)), 0, -1):
             key: object = tail[-1] if n == 1 else tuple(tail[-n:])
-            p = self.index.get(key)
-            if p is None or p in seen:
-                continue
-            seen.add(p)
-            cont = self.tokens[p : p + limit]
-            period = len(self.tokens) - p
-            if cont and len(cont) < limit and len(cont) == period:
-                # The match runs to the end: a repetition, so keep repeating it.
-                cont = [cont[i % period] for i in range(limit)]
-            if cont:
-                found.append((n, cont))
+            for p, length in ((self.index.get(key), n), (self.other.get(key), n + OTHER)):
+                if p is None or p in seen:
+                    continue
+                seen.add(p)
+                cont = self.tokens[p : p + limit]
+                period = len(self.tokens) - p
+                if cont and len(cont) < limit and len(cont) == period:
+                    # The match runs to the end: a repetition, so keep repeating it.
+                    cont = [cont[i % period] for i in range(limit)]
+                if cont:
+                    found.append((length, cont))
         return found
 
 
