@@ -69,6 +69,8 @@ def render(model_dir: Path, bench: dict) -> str:
     roots = "\n".join(f"  - `{Path(r).name}` ({r})" for r in corpus["roots"])
     speed = bench["speed"]
     info = bench["model"]
+    rate = state["tokens_seen"] / max(state["elapsed_s"], 1.0)
+    passes = state["tokens_seen"] / corpus["train_tokens"]
     lines = [
         "# The embedded default model",
         "",
@@ -120,11 +122,11 @@ def render(model_dir: Path, bench: dict) -> str:
         "35 minutes than a 13.8M one (3.09 vs 3.79): at ~3-5k tokens/s on 2 cores a small model",
         "that sees more tokens wins. This one (hidden 256, 4 layers) is a little wider, and",
         "trained on more distinct code (the allowed registry packages) instead of repeating the",
-        "stdlib for several epochs. The machine was shared with test runs while it trained: it",
-        "averaged about 1.1k tokens/s instead of the ~4k it gets alone (with 2 torch threads",
-        "under contention it nearly stalled, so it was resumed with 1 thread), and saw about a",
-        "third of the tokens planned. `memosight train base --resume` continues from the last",
-        "checkpoint.",
+        "stdlib for several epochs. The machine was shared with other work the whole time: it",
+        f"averaged {rate / 1e3:.1f}k tokens/s against the ~4k it gets alone (with 2 torch",
+        "threads under contention it nearly stalls, so it ran with 1 thread), and it was",
+        "trained in sittings, each resumed from the last checkpoint with `memosight train base",
+        "--resume` (the learning rate follows a cosine over the total budget given).",
         "",
         "## Completion quality",
         "",
@@ -149,7 +151,8 @@ def render(model_dir: Path, bench: dict) -> str:
         "",
         "## Honest limits",
         "",
-        "- It is small and undertrained: it saw about 5M tokens (well under one pass over its",
+        f"- It is small and undertrained: it saw {state['tokens_seen'] / 1e6:.0f}M tokens "
+        f"({passes:.1f} passes over its",
         "  corpus) because the 2 cores were shared with other work while it trained. The exact",
         "  match above says it: it writes Python-shaped lines (indentation, keywords, balanced",
         "  brackets, plausible names such as `if not isinstance(value, str):`) but rarely the",
