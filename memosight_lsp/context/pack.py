@@ -305,7 +305,7 @@ class _Selector:
                 ]
             freed = piece.tokens + sum(p.tokens for p in members)
             # Counting a text that cannot fit costs more than the rest of the packing (cold).
-            limit_tokens = budget - used + freed
+            limit_tokens: float = budget - used + freed
             if level == FULL:
                 limit_tokens = min(limit_tokens, budget * MAX_FULL_SHARE)
             if len(text) > limit_tokens * MAX_CHARS_PER_TOKEN:

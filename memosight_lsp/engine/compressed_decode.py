@@ -21,6 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from .greedy import AllowedTokens, Generation, StopRules, pick, stop_reason_for, take_next
+from .kv_cache import new_cache
 from .kv_compress import (
     CompressedKV,
     QueryCapture,
@@ -69,7 +70,7 @@ def prefill_and_compress(
     reused: int = 0,
 ) -> tuple[torch.Tensor, DynamicCache, CompressedKV]:
     """Last-position logits [V], the full cache and a compressed copy of it."""
-    cache = cache if cache is not None else DynamicCache(config=model.config)
+    cache = cache if cache is not None else new_cache(model)
     with QueryCapture(model, config.window) as capture:
         logits = feed(model, prompt_ids[reused:], cache, reused, last_only=True)[-1]
     return logits, cache, compress(model, cache, capture, len(prompt_ids), config)
@@ -96,7 +97,7 @@ def snapkv_generate(
         del full
         cache, position, uniform = compressed.cache, compressed.next_position, compressed.uniform
     else:
-        cache = DynamicCache(config=model.config)
+        cache = new_cache(model)
         logits = feed(model, prompt_ids, cache, 0, last_only=True)[-1]
         full_bytes = cache_bytes(cache)
         position, uniform = len(prompt_ids), True
@@ -314,7 +315,7 @@ class SnapKVDecoder:
         cache, reused = self.prefix_cache.take(buffer_id, model, prompt_ids)
         compressed_end = self._compressed_end.pop(buffer_id, 0)
         if reused < compressed_end:  # the edit reaches into the compressed region: start over
-            cache, reused, compressed_end = DynamicCache(config=model.config), 0, 0
+            cache, reused, compressed_end = new_cache(model), 0, 0
         with QueryCapture(model, self.config.window) as capture:
             logits = feed(model, prompt_ids[reused:], cache, reused, last_only=True)[-1]
         tail = len(prompt_ids) - compressed_end

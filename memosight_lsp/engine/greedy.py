@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from .kv_cache import new_cache
+
 # Tokens allowed next, given the tokens generated so far; None means any token.
 AllowedTokens = Callable[[Sequence[int]], Sequence[int] | None]
 
@@ -36,10 +38,6 @@ class Generation:
     forward_passes: int = 0
     stop_reason: str = "max_tokens"  # max_tokens | eos | stop | cancelled
     stats: dict = field(default_factory=dict)  # accelerator details (accepted tokens per pass...)
-
-
-def new_cache(model) -> DynamicCache:
-    return DynamicCache(config=model.config)
 
 
 @torch.inference_mode()

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from transformers import DynamicCache
 
+from .kv_cache import new_cache
+
 DEFAULT_BUDGET_BYTES = 256 * 1024 * 1024
 
 
@@ -27,12 +29,17 @@ class _Entry:
     nbytes: int
 
 
-def cache_bytes(cache: DynamicCache) -> int:
-    """Bytes held by the keys and values of every layer."""
+def cache_bytes(cache: DynamicCache, *, held: bool = False) -> int:
+    """Bytes of the keys and values of every layer; with `held`, of their whole storages (the
+    memory really kept: a cropped view or a growing layer's spare room holds more)."""
     total = 0
     for layer in getattr(cache, "layers", ()):
         for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if tensor is not None and hasattr(tensor, "numel"):
+            if tensor is None or not hasattr(tensor, "numel"):
+                continue
+            if held:
+                total += tensor.untyped_storage().nbytes()
+            else:
                 total += tensor.numel() * tensor.element_size()
     return total
 
@@ -68,11 +75,11 @@ class PrefixCache:
         entry = self._entries.pop(buffer_id, None) if buffer_id is not None else None
         if entry is None or entry.model_key != id(model):
             self.misses += 1
-            return DynamicCache(config=model.config), 0
+            return new_cache(model), 0
         reused = min(common_prefix(entry.tokens, prompt_ids), len(prompt_ids) - 1)
         if reused <= 0:
             self.misses += 1
-            return DynamicCache(config=model.config), 0
+            return new_cache(model), 0
         drop = len(entry.tokens) - reused
         if drop > 0:
             entry.cache.crop(-drop)
@@ -85,7 +92,7 @@ class PrefixCache:
         if buffer_id is None:
             return
         self._entries.pop(buffer_id, None)
-        nbytes = cache_bytes(cache)
+        nbytes = cache_bytes(cache, held=True)
         if nbytes > self.budget_bytes:
             return
         self._entries[buffer_id] = _Entry(

@@ -41,6 +41,7 @@ from .greedy import (
     take_next,
 )
 from .heads import find_heads
+from .kv_cache import new_cache
 from .prefix_cache import PrefixCache
 
 PREVIOUS_CONTEXT = 24  # prompt tokens kept before the previous suggestion (to find where it went)
@@ -138,7 +139,7 @@ class ModelRunner:
         vocab = int(self.model.config.vocab_size)
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(0, vocab, (context + 40,), generator=generator).tolist()
-        cache = DynamicCache(config=self.model.config)
+        cache = new_cache(self.model)
         self.prefill(ids[:context], cache)
 
         def run(q: int) -> None:

@@ -1,0 +1,50 @@
+"""GrowingLayer behaves like transformers' DynamicLayer, without copying the cache every step."""
+
+from __future__ import annotations
+
+import torch
+from test_engine_greedy import hf_greedy
+from transformers.cache_utils import DynamicLayer
+
+from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.kv_cache import GrowingLayer, new_cache
+from memosight_lsp.engine.loading import load_model
+
+
+def states(n: int, seed: int) -> torch.Tensor:
+    return torch.randn(1, 2, n, 4, generator=torch.Generator().manual_seed(seed))
+
+
+def test_updates_crops_and_outside_assignments_match_dynamic_layer() -> None:
+    grow, plain = GrowingLayer(), DynamicLayer()
+    steps = [("update", 5), ("update", 1), ("crop", 2), ("update", 3), ("update", 300)]
+    for i, (op, n) in enumerate(steps):
+        if op == "crop":
+            grow.crop(-n)
+            plain.crop(-n)
+        else:
+            for layer in (grow, plain):
+                layer.update(states(n, i), states(n, 100 + i))
+        assert torch.equal(grow.keys, plain.keys) and torch.equal(grow.values, plain.values)
+    # Small steps write into the same storage; no copy of what is cached.
+    buffer = grow.keys.data_ptr()
+    grow.update(states(1, 7), states(1, 8))
+    assert grow.keys.data_ptr() == buffer and grow.keys.shape[-2] == 308
+    # A tensor assigned from outside (a compressed cache) is adopted, then grown in place.
+    grow.keys, grow.values = states(10, 9), states(10, 10)
+    grow.update(states(1, 11), states(1, 12))
+    assert torch.equal(grow.keys[..., :10, :], states(10, 9))
+    assert torch.equal(grow.keys[..., 10:, :], states(1, 11)) and grow.keys.shape[-2] == 11
+
+
+def test_decoding_on_growing_caches_matches_transformers(tiny_model_dirs) -> None:
+    """greedy_generate (growing layers) against generate (transformers' own cache)."""
+    for arch in ("llama", "qwen2"):
+        loaded = load_model(tiny_model_dirs[arch], device="cpu")
+        assert all(type(layer) is GrowingLayer for layer in new_cache(loaded.model).layers)
+        eos = loaded.tokenizer.eos_token_id
+        text = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n" * 40
+        prompt = loaded.tokenizer.encode(text)
+        rules = StopRules(max_new_tokens=40, stop_token_ids=frozenset({eos}))
+        got = greedy_generate(loaded.model, prompt, rules)
+        assert got.tokens == hf_greedy(loaded.model, prompt, 40, eos)
