@@ -6,11 +6,11 @@ Budget policy (B = budget_tokens, all counted with the caller's `count_tokens`):
   everything left over without one. Lines nearest the cursor are kept first.
 - When that window does not reach the top of the enclosing function/class, their heads (header +
   docstring) are kept above it, so a long function keeps its head and the lines near the cursor.
-- Ranked snippets share the rest, coverage first: every candidate that fits gets its header
-  joined onto one line (in score order), then types get their constructor's header, then
-  stubs get their docstring (types: their members' headers), then the best ones their full
-  text while room remains (one full snippet may take at most half of that share). Unused room
-  flows back to the current file's prefix.
+- Ranked snippets share the rest (chosen by select.py), coverage first: every candidate that
+  fits gets its header joined onto one line (in score order), then types get their
+  constructor's header, then stubs get their docstring (types: their members' headers), then
+  the best ones their full text while room remains (one full snippet may take at most half of
+  that share). Unused room flows back to the current file's prefix.
 - The final prompt is counted whole and trimmed (lowest-scored snippet first, then the farthest
   prefix lines, then the suffix's last lines) until it fits: the budget is never exceeded.
 
@@ -23,22 +23,14 @@ marker, its own snippets and enclosing heads in line order, and the lines up to 
 from __future__ import annotations
 
 import posixpath
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from memosight_lsp.workspace import Definition, LanguageSpec, WorkspaceIndex, language_for
+from memosight_lsp.workspace import LanguageSpec, WorkspaceIndex, language_for
 
-from .rank import Candidate, Ranker
-from .render import (
-    CONSTRUCTOR,
-    DOCUMENTED,
-    HEADER,
-    join_lines,
-    render_full,
-    render_head,
-    render_signature,
-)
+from .rank import Ranker
+from .render import join_lines, render_head
+from .select import Piece, Selector, model_order, overlaps, path_marker
 from .tokens import TokenCounter, counter_for
 from .types import PackedContext, Rerank, Snippet
 
@@ -46,27 +38,6 @@ SUFFIX_SHARE_INDEXED = 1 / 8
 SUFFIX_SHARE_PLAIN = 1 / 4
 MIN_PREFIX_SHARE = 1 / 4
 HEAD_SHARE = 1 / 8
-MAX_FULL_SHARE = 1 / 2
-MAX_FULL_UPGRADES = 6
-FULL = DOCUMENTED + 1  # a definition's whole text
-# No tokenizer packs code denser than this: longer texts cannot fit and are not counted.
-MAX_CHARS_PER_TOKEN = 12
-
-
-@dataclass(slots=True, eq=False)  # identity: membership tests must not compare texts
-class _Piece:
-    """One chunk chosen for the prompt."""
-
-    path: str
-    start_line: int
-    end_line: int
-    symbol: str | None
-    kind: str
-    text: str
-    tokens: int
-    score: float
-    candidate: Candidate | None = None
-    level: int = 0  # render.HEADER, CONSTRUCTOR, DOCUMENTED, or FULL
 
 
 @dataclass(slots=True)
@@ -78,8 +49,8 @@ class _Layout:
     lines: list[str]
     spec: LanguageSpec | None
     volatile: set[str] = field(default_factory=set)
-    cross: list[_Piece] = field(default_factory=list)  # other files' snippets
-    local: list[_Piece] = field(default_factory=list)  # same-file snippets and enclosing heads
+    cross: list[Piece] = field(default_factory=list)  # other files' snippets
+    local: list[Piece] = field(default_factory=list)  # same-file snippets and enclosing heads
     window_start: int = 0  # first line of the prefix window
     prefix_text: str = ""
     suffix_text: str = ""
@@ -88,12 +59,12 @@ class _Layout:
 
     def prefix(self) -> str:
         parts: list[str] = []
-        by_file: dict[str, list[_Piece]] = {}
+        by_file: dict[str, list[Piece]] = {}
         for piece in self.cross:
             by_file.setdefault(piece.path, []).append(piece)
         for path in sorted(by_file, key=lambda p: (p in self.volatile, p)):
             assert self.spec is not None
-            parts.append(_marker(self.spec, path))
+            parts.append(path_marker(self.spec, path))
             parts.extend(p.text for p in sorted(by_file[path], key=lambda p: p.start_line))
         parts.append(self.marker)
         parts.extend(p.text for p in sorted(self.local, key=lambda p: p.start_line))
@@ -101,8 +72,8 @@ class _Layout:
         return "".join(parts)
 
     def snippets(self, counter: TokenCounter) -> list[Snippet]:
-        ordered: list[_Piece] = []
-        by_file: dict[str, list[_Piece]] = {}
+        ordered: list[Piece] = []
+        by_file: dict[str, list[Piece]] = {}
         for piece in self.cross:
             by_file.setdefault(piece.path, []).append(piece)
         for path in sorted(by_file, key=lambda p: (p in self.volatile, p)):
@@ -138,7 +109,7 @@ class _Layout:
         return out
 
 
-def _snippet(p: _Piece) -> Snippet:
+def _snippet(p: Piece) -> Snippet:
     score = p.score / (1.0 + p.score) if p.kind not in ("enclosing",) else 1.0
     return Snippet(
         path=p.path,
@@ -150,10 +121,6 @@ def _snippet(p: _Piece) -> Snippet:
         score=round(score, 4),
         text=p.text,
     )
-
-
-def _marker(spec: LanguageSpec | None, rel: str) -> str:
-    return spec.path_marker(rel) if spec is not None and rel else ""
 
 
 # -- the current file's own lines --------------------------------------------------------------
@@ -197,182 +164,6 @@ def _suffix_window(
     return end, "".join(parts), used
 
 
-# -- choosing snippets --------------------------------------------------------------------------
-class _Selector:
-    def __init__(
-        self, ranker: Ranker, counter: TokenCounter, spec: LanguageSpec, current: str
-    ) -> None:
-        self.ranker = ranker
-        self.counter = counter
-        self.spec = spec
-        self.current = current
-        self.texts: dict[str, list[str] | None] = {}
-
-    def lines_of(self, rel: str) -> list[str] | None:
-        if rel not in self.texts:
-            if rel == self.current:
-                self.texts[rel] = self.ranker.lines
-            else:
-                text = self.ranker.file_text(rel)
-                self.texts[rel] = _split_lines(rel, text) if text is not None else None
-        return self.texts[rel]
-
-    def render(self, c: Candidate, level: int) -> str | None:
-        """A stub at render's levels of detail (HEADER, CONSTRUCTOR, DOCUMENTED), or FULL."""
-        if c.definition is None:
-            return c.text
-        lines = self.lines_of(c.path)
-        if lines is None or c.symbols is None or c.end_line >= len(lines):
-            return None
-        if level >= FULL:
-            return render_full(lines, c.definition)
-        return render_signature(lines, c.symbols, c.def_index, detail=level)
-
-    def select(
-        self, candidates: list[Candidate], budget: int, blocked: tuple[int, int]
-    ) -> tuple[list[_Piece], int]:
-        """Coverage first, then depth: a header for as many candidates as fit (score order), then
-        docstrings for them, then the full text of the best. Returns (pieces, tokens used)."""
-        chosen: list[_Piece] = []
-        seen_text: set[str] = set()
-        paid_markers: set[str] = set()
-        used = 0
-        for c in candidates:
-            if used >= budget:
-                break
-            if c.path == self.current and _overlaps(c.start_line, c.end_line, *blocked):
-                continue  # already visible in the prefix window
-            if any(_covers(p, c) for p in chosen):
-                continue
-            text = self.render(c, HEADER)
-            if not text or text in seen_text:
-                continue
-            tokens = self.counter.piece(text)
-            marker = 0
-            if c.path != self.current and c.path not in paid_markers:
-                marker = self.counter.piece(_marker(self.spec, c.path))
-            if used + tokens + marker > budget:
-                continue
-            used += tokens + marker
-            if marker:
-                paid_markers.add(c.path)
-            seen_text.add(text)
-            kind = "window" if c.definition is None else "signature"
-            piece = _piece(c, kind, text, tokens)
-            piece.level = HEADER
-            chosen.append(piece)
-        by_score = sorted(chosen, key=lambda p: (-p.score, p.path, p.start_line))
-        for level in (CONSTRUCTOR, DOCUMENTED):
-            used = self._upgrade(by_score, chosen, level, len(by_score), budget, used)
-        used = self._upgrade(by_score, chosen, FULL, MAX_FULL_UPGRADES, budget, used)
-        for piece in chosen:
-            source = piece.candidate
-            if (
-                piece.kind == "signature"
-                and source is not None
-                and piece.end_line - piece.start_line < 4  # only short ones can be whole already
-                and piece.text == self.render(source, FULL)
-            ):
-                piece.kind = "full"
-        return chosen, used
-
-    def _upgrade(
-        self,
-        by_score: list[_Piece],
-        chosen: list[_Piece],
-        level: int,
-        limit: int,
-        budget: int,
-        used: int,
-    ) -> int:
-        done = 0
-        for piece in by_score:
-            c = piece.candidate
-            if done >= limit or piece not in chosen:
-                continue
-            if piece.kind != "signature" or c is None or piece.level >= level:
-                continue
-            text = self.render(c, level)
-            if not text or text == piece.text:
-                piece.level = level
-                continue
-            members = []
-            if level == FULL:  # a full class makes its members' own chunks redundant
-                members = [
-                    p
-                    for p in chosen
-                    if p is not piece and p.path == piece.path and _inside(p, piece)
-                ]
-            freed = piece.tokens + sum(p.tokens for p in members)
-            # Counting a text that cannot fit costs more than the rest of the packing (cold).
-            limit_tokens: float = budget - used + freed
-            if level == FULL:
-                limit_tokens = min(limit_tokens, budget * MAX_FULL_SHARE)
-            if len(text) > limit_tokens * MAX_CHARS_PER_TOKEN:
-                continue
-            tokens = self.counter.piece(text)
-            extra = tokens - freed
-            if (level == FULL and tokens > budget * MAX_FULL_SHARE) or used + extra > budget:
-                continue
-            used += extra
-            done += 1
-            for member in members:
-                chosen.remove(member)
-            piece.text, piece.tokens, piece.level = text, tokens, level
-            if level == FULL:
-                piece.kind = "full"
-        return used
-
-
-_lines_memo: OrderedDict[tuple[str, int, int], list[str]] = OrderedDict()
-
-
-def _split_lines(rel: str, text: str) -> list[str]:
-    """Lines of another file, memoised (the index hands out the same str while it is unchanged,
-    and a str caches its own hash)."""
-    key = (rel, len(text), hash(text))
-    lines = _lines_memo.get(key)
-    if lines is None:
-        lines = _lines_memo[key] = text.split("\n")
-        if len(_lines_memo) > 128:
-            _lines_memo.popitem(last=False)
-    return lines
-
-
-def _piece(c: Candidate, kind: str, text: str, tokens: int) -> _Piece:
-    d: Definition | None = c.definition
-    return _Piece(
-        path=c.path,
-        start_line=c.start_line,
-        end_line=c.end_line,
-        symbol=d.qualname if d is not None else None,
-        kind=kind,
-        text=text,
-        tokens=tokens,
-        score=c.score,
-        candidate=c,
-    )
-
-
-def _overlaps(a0: int, a1: int, b0: int, b1: int) -> bool:
-    return a0 <= b1 and b0 <= a1
-
-
-def _covers(piece: _Piece, c: Candidate) -> bool:
-    """An already chosen chunk that makes the candidate redundant."""
-    if piece.path != c.path:
-        return False
-    if c.definition is None or piece.kind == "window":
-        return _overlaps(piece.start_line, piece.end_line, c.start_line, c.end_line)
-    return (
-        piece.kind == "full" and piece.start_line <= c.start_line and c.end_line <= piece.end_line
-    )
-
-
-def _inside(inner: _Piece, outer: _Piece) -> bool:
-    return outer.start_line <= inner.start_line and inner.end_line <= outer.end_line
-
-
 # -- entry point --------------------------------------------------------------------------------
 def build_context(
     *,
@@ -408,7 +199,7 @@ def build_context(
     else:
         current = posixpath.basename(path) if path else ""
     layout = _Layout(
-        marker=_marker(spec, current),
+        marker=path_marker(spec, current),
         current=current,
         line=line,
         column=column,
@@ -473,7 +264,7 @@ def _ranked(
         lines, line, column, int(budget * MIN_PREFIX_SHARE), counter
     )
     # Heads of the enclosing definitions the window does not reach.
-    heads: list[_Piece] = []
+    heads: list[Piece] = []
     head_room = int(budget * HEAD_SHARE)
     python = spec.name == "python"
     for d in ranker.symbols.enclosing(line):
@@ -489,18 +280,18 @@ def _ranked(
         head_room -= tokens
         end = d.start_line + text.count("\n") - 1
         heads.append(
-            _Piece(layout.current, d.start_line, end, d.qualname, "enclosing", text, tokens, 1.0)
+            Piece(layout.current, d.start_line, end, d.qualname, "enclosing", text, tokens, 1.0)
         )
     heads_used = sum(h.tokens for h in heads)
     room = budget - suffix_used - marker - window_used - heads_used
-    selector = _Selector(ranker, counter, spec, layout.current)
-    chosen: list[_Piece] = []
+    selector = Selector(ranker, counter, spec, layout.current)
+    chosen: list[Piece] = []
     if room > 0:
         candidates = ranker.rank()
         if rerank is not None:
             target = join_lines(lines[max(0, line - rerank.target_lines) : line])
             target += lines[line][:column]
-            reordered = _model_order(candidates, rerank, selector, room, target)
+            reordered = model_order(candidates, rerank, selector, room, target)
             layout.reranked = reordered is not None
             candidates = reordered or candidates
         chosen, used = selector.select(candidates, room, (start, layout.suffix_end))
@@ -515,7 +306,7 @@ def _ranked(
         room -= new_used - window_used
         window_used = new_used
         covered = [h for h in heads if h.start_line >= start] + [
-            p for p in local if _overlaps(p.start_line, p.end_line, start, layout.suffix_end)
+            p for p in local if overlaps(p.start_line, p.end_line, start, layout.suffix_end)
         ]
         if not covered:
             break
@@ -527,34 +318,6 @@ def _ranked(
                 local.remove(p)
     layout.window_start, layout.prefix_text = start, prefix_text
     layout.local = heads + local
-
-
-def _model_order(
-    candidates: list[Candidate], rerank: Rerank, selector: _Selector, room: int, target: str
-) -> list[Candidate] | None:
-    """The candidates with the first `max_candidates` in the second-stage ranker's order, their
-    scores rewritten to match it (trimming drops the lowest score first); None when they fit
-    without it (nothing to choose between) or there is no code above the cursor to judge by."""
-    head = [c for c in candidates[: rerank.max_candidates] if c.score > 0]
-    if len(head) < 2 or not target.strip():
-        return None
-    texts = [selector.render(c, DOCUMENTED) or "" for c in head]
-    if sum(selector.counter.piece(t) for t in texts) < rerank.min_overflow * room:
-        return None
-    gains = rerank.score(texts, target)
-    order = sorted(range(len(head)), key=lambda i: (-gains[i], i))
-    top = max(c.score for c in head)
-    out: list[Candidate] = []
-    for place, i in enumerate(order):
-        head[i].score = top * (len(head) - place) / len(head)
-        out.append(head[i])
-    floor = out[-1].score
-    kept = set(map(id, head))
-    for c in candidates:
-        if id(c) not in kept:
-            c.score = min(c.score, floor * 0.5)
-            out.append(c)
-    return out
 
 
 def _fit(layout: _Layout, budget: int, counter: TokenCounter) -> tuple[str, int]:
