@@ -83,19 +83,10 @@ def test_mid_word_detection():
         ("foo.", "foo.", ""),
         ("    ", "   ", " "),
         ("a\n", "a\n", ""),
-        ("def f():\n    ", "def f():\n", "    "),  # at the indentation: the model writes it
-        ("x = 1\n\t\t", "x = 1\n", "\t\t"),
     ],
 )
 def test_healing_split(prefix, kept, healed):
     assert healing_split(prefix) == (kept, healed)
-
-
-def test_without_fim_the_line_break_is_healed_with_the_indentation():
-    # In plain text "\n" and the spaces after it are one token: the prompt ends before both.
-    assert healing_split("def f():\n    ", fim=False) == ("def f():", "\n    ")
-    assert healing_split("a\n", fim=False) == ("a", "\n")
-    assert healing_split("x = TypeErr", fim=False) == ("x =", " TypeErr")
 
 
 def test_healing_constraint_spells_out_the_backed_off_text():

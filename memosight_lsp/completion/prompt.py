@@ -21,9 +21,7 @@ class Prompt:
 
 
 def build_prompt(context: PackedContext, fim: FimFormat | None, *, heal: bool = True) -> Prompt:
-    prefix, healed = (
-        healing_split(context.prefix, fim=fim is not None) if heal else (context.prefix, "")
-    )
+    prefix, healed = healing_split(context.prefix) if heal else (context.prefix, "")
     # Models without FIM see only the code before the cursor.
     text = prefix if fim is None else fim.build(prefix, context.suffix)
     return Prompt(text=text, healed=healed, context=context)
