@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -23,3 +24,13 @@ def tiny_model_dirs(tmp_path_factory) -> dict[str, Path]:
         arch: save_tiny_model(tmp_path_factory.mktemp(f"tiny-{arch}"), arch)
         for arch in ("llama", "qwen2", "gpt2")
     }
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run faster on one torch thread, and far steadier next to a busy CPU.
+    Modules take it with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -34,12 +34,7 @@ from memosight_lsp.engine.prefix_cache import PrefixCache, cache_bytes
 FILES = ("argparse.py", "json/decoder.py", "dataclasses.py", "textwrap.py")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def sharpen(model, factor: float = 6.0) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from tiny_models import STDLIB
 from transformers import DynamicCache
 
@@ -13,14 +12,7 @@ from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.prefix_cache import PrefixCache, cache_bytes, common_prefix
 from memosight_lsp.engine.speculative import ModelRunner, SpeculativeDecoder
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run faster on one thread, and far steadier next to a busy CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_common_prefix():

@@ -20,13 +20,7 @@ FILES = ("argparse.py", "json/decoder.py", "dataclasses.py", "functools.py", "te
 FLAT_COST = CostModel({1: 1.0, 16: 1.0, 32: 2.0})
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run faster on one thread, and far steadier next to a busy CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def prompts_from_files(tokenizer, count: int, seed: int) -> list[list[int]]:

@@ -8,7 +8,6 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-import torch
 
 from memosight_lsp.bench.speed import default_files, sample_prompts
 from memosight_lsp.completion.service import CompletionEngine
@@ -18,32 +17,34 @@ from memosight_lsp.engine.speculative import SpeculativeDecoder
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(
-    not (EMBEDDED_MODEL_DIR / "config.json").is_file(), reason="no embedded default model yet"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not (EMBEDDED_MODEL_DIR / "config.json").is_file(), reason="no embedded default model yet"
+    ),
+    pytest.mark.usefixtures("one_torch_thread"),
+]
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_model(None, device="cpu")
 
 
 @pytest.mark.slow
-def test_default_model_is_lossless_on_held_out_code():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        loaded = load_model(None, device="cpu")
-        engine = CompletionEngine(loaded, speculative=False)
-        prompts = sample_prompts(engine, default_files(), 100, budget=384, seed=7)
-        decoder = SpeculativeDecoder()
-        rules = StopRules(max_new_tokens=32, stop_token_ids=loaded.stop_token_ids)
-        passes = tokens = 0
-        for i, sample in enumerate(prompts):
-            want = greedy_generate(loaded.model, sample["ids"], rules)
-            got = decoder(loaded.model, sample["ids"], rules, buffer_id=f"b{i % 4}")
-            assert got.tokens == want.tokens, f"{sample['file']}:{sample['line']}"
-            passes += got.forward_passes
-            tokens += len(got.tokens)
-        assert len(prompts) == 100
-        assert tokens / passes > 1.5  # drafts are accepted, several tokens per pass
-    finally:
-        torch.set_num_threads(before)
+def test_default_model_is_lossless_on_held_out_code(loaded):
+    engine = CompletionEngine(loaded, speculative=False)
+    prompts = sample_prompts(engine, default_files(), 100, budget=384, seed=7)
+    decoder = SpeculativeDecoder()
+    rules = StopRules(max_new_tokens=32, stop_token_ids=loaded.stop_token_ids)
+    passes = tokens = 0
+    for i, sample in enumerate(prompts):
+        want = greedy_generate(loaded.model, sample["ids"], rules)
+        got = decoder(loaded.model, sample["ids"], rules, buffer_id=f"b{i % 4}")
+        assert got.tokens == want.tokens, f"{sample['file']}:{sample['line']}"
+        passes += got.forward_passes
+        tokens += len(got.tokens)
+    assert len(prompts) == 100
+    assert tokens / passes > 1.5  # drafts are accepted, several tokens per pass
 
 
 def other_language_files() -> list[Path]:
@@ -55,27 +56,20 @@ def other_language_files() -> list[Path]:
 
 
 @pytest.mark.slow
-def test_default_model_is_lossless_on_other_languages():
+def test_default_model_is_lossless_on_other_languages(loaded):
     files = other_language_files()
     assert {f.suffix for f in files} == {".ts", ".lua", ".h"}
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        loaded = load_model(None, device="cpu")
-        rng = random.Random(3)
-        decoder = SpeculativeDecoder()
-        rules = StopRules(max_new_tokens=32, stop_token_ids=loaded.stop_token_ids)
-        accepted = 0
-        for i in range(60):
-            text = files[i % len(files)].read_text(encoding="utf-8", errors="replace")
-            cut = rng.randrange(200, len(text))
-            ids = loaded.tokenizer.encode(text[:cut], add_special_tokens=True)[
-                -rng.randrange(64, 400) :
-            ]
-            want = greedy_generate(loaded.model, ids, rules)
-            got = decoder(loaded.model, ids, rules, buffer_id=f"b{i % 4}")
-            assert got.tokens == want.tokens, f"{files[i % len(files)]}@{cut}"
-            accepted += got.stats["acceptedDraftTokens"]
-        assert accepted > 0
-    finally:
-        torch.set_num_threads(before)
+    rng = random.Random(3)
+    decoder = SpeculativeDecoder()
+    rules = StopRules(max_new_tokens=32, stop_token_ids=loaded.stop_token_ids)
+    accepted = 0
+    for i in range(60):
+        text = files[i % len(files)].read_text(encoding="utf-8", errors="replace")
+        cut = rng.randrange(200, len(text))
+        ids = loaded.tokenizer.encode(text[:cut], add_special_tokens=True)
+        ids = ids[-rng.randrange(64, 400) :]
+        want = greedy_generate(loaded.model, ids, rules)
+        got = decoder(loaded.model, ids, rules, buffer_id=f"b{i % 4}")
+        assert got.tokens == want.tokens, f"{files[i % len(files)]}@{cut}"
+        accepted += got.stats["acceptedDraftTokens"]
+    assert accepted > 0

@@ -5,20 +5,13 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch
 from tiny_models import STDLIB
 
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_engine_speculative_equals_plain_and_reuses_the_buffer(tiny_model_dir):
