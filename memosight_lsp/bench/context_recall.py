@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import random
 import re
@@ -205,6 +206,11 @@ def load_rerank(model: str) -> Rerank:
     return Rerank(score=text_scorer(scorer, encode))
 
 
+def methods(rerank: object) -> list[str]:
+    """The contexts compared, the model-scored one only with a second-stage ranker."""
+    return ["ranked", "currentFile", "neighbourWindows"] + (["modelScored"] if rerank else [])
+
+
 def run_project(
     root: Path,
     cases: Sequence[Case],
@@ -216,8 +222,7 @@ def run_project(
     """Hits per method and budget, build times at 1,024 tokens, model-scored build times."""
     index = WorkspaceIndex(root, cache_dir=cache_dir)
     index.scan()
-    methods = ["ranked", "currentFile", "neighbourWindows"] + (["modelScored"] if rerank else [])
-    hits: dict[str, dict[int, int]] = {m: dict.fromkeys(budgets, 0) for m in methods}
+    hits: dict[str, dict[int, int]] = {m: dict.fromkeys(budgets, 0) for m in methods(rerank)}
     timings: list[float] = []
     rerank_ms: list[float] = []
     texts: dict[str, str] = {}
@@ -229,47 +234,28 @@ def run_project(
         path = str(root / case.rel)
         index.update_buffer(path, text, language_id="python")  # as the server does on didChange
         scored = neighbour_scores(root, case, text)
+        pack = functools.partial(
+            build_context,
+            text=text,
+            path=path,
+            line=case.line,
+            column=column,
+            language_id="python",
+            count_tokens=count,
+        )
         for budget in budgets:
             started = time.perf_counter()
-            packed = build_context(
-                text=text,
-                path=path,
-                line=case.line,
-                column=column,
-                language_id="python",
-                budget_tokens=budget,
-                count_tokens=count,
-                index=index,
-            )
+            packed = pack(budget_tokens=budget, index=index)
             if budget == 1024:
                 timings.append((time.perf_counter() - started) * 1000)
             assert packed.prompt_tokens <= budget
             hits["ranked"][budget] += recalled(packed.prefix, case)
-            plain = build_context(
-                text=text,
-                path=path,
-                line=case.line,
-                column=column,
-                language_id="python",
-                budget_tokens=budget,
-                count_tokens=count,
-            )
-            hits["currentFile"][budget] += recalled(plain.prefix, case)
+            hits["currentFile"][budget] += recalled(pack(budget_tokens=budget).prefix, case)
             windows = neighbour_windows(root, case, text, column, budget, count, scored)
             hits["neighbourWindows"][budget] += recalled(windows, case)
             if rerank is not None and budget in rerank[1]:
                 started = time.perf_counter()
-                model_scored = build_context(
-                    text=text,
-                    path=path,
-                    line=case.line,
-                    column=column,
-                    language_id="python",
-                    budget_tokens=budget,
-                    count_tokens=count,
-                    index=index,
-                    rerank=rerank[0],
-                )
+                model_scored = pack(budget_tokens=budget, index=index, rerank=rerank[0])
                 if model_scored.reranked:  # the model was asked (candidates overflowed)
                     rerank_ms.append((time.perf_counter() - started) * 1000)
                 hits["modelScored"][budget] += recalled(model_scored.prefix, case)
@@ -291,8 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     count, counter_name = load_counter(args.tokenizer)
     rerank = (load_rerank(args.rerank_model), args.rerank_budgets) if args.rerank_model else None
-    methods = ["ranked", "currentFile", "neighbourWindows"] + (["modelScored"] if rerank else [])
-    totals = {m: dict.fromkeys(args.budgets, 0) for m in methods}
+    totals = {m: dict.fromkeys(args.budgets, 0) for m in methods(rerank)}
     per_project = {}
     timings: list[float] = []
     rerank_timings: list[float] = []
