@@ -193,17 +193,10 @@ def neighbour_windows(
 
 def load_rerank(model: str) -> Rerank:
     """The chunk scorer of a model folder ("default": the embedded model) as a Rerank."""
-    from memosight_lsp.engine.chunk_scoring import ChunkScorer, text_scorer
+    from memosight_lsp.engine.chunk_scoring import model_text_scorer
     from memosight_lsp.engine.loading import load_model
 
-    loaded = load_model(None if model == "default" else model)
-    tokenizer = loaded.tokenizer
-    scorer = ChunkScorer(loaded.model, bos_id=tokenizer.bos_token_id)
-
-    def encode(text: str) -> list[int]:
-        return tokenizer.encode(text, add_special_tokens=False)
-
-    return Rerank(score=text_scorer(scorer, encode))
+    return Rerank(score=model_text_scorer(load_model(None if model == "default" else model)))
 
 
 def methods(rerank: object) -> list[str]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from memosight_lsp.context import Rerank, build_context
 from memosight_lsp.engine import compression_policy
-from memosight_lsp.engine.chunk_scoring import ChunkScorer, text_scorer
+from memosight_lsp.engine.chunk_scoring import model_text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
 from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
 from memosight_lsp.engine.loading import LoadedModel
@@ -151,17 +151,10 @@ class CompletionEngine:
 
     def chunk_rerank(self, budget: int) -> Rerank | None:
         """The model as second-stage context ranker, where the policy allows it."""
-        model = self.loaded.model
-        if compression_policy.chunk_scoring_refusal(budget, model, self.compression):
+        if compression_policy.chunk_scoring_refusal(budget, self.loaded.model, self.compression):
             return None
-        tokenizer = self.loaded.tokenizer
-        scorer = ChunkScorer(model, bos_id=tokenizer.bos_token_id)
-
-        def encode(text: str) -> list[int]:
-            return tokenizer.encode(text, add_special_tokens=False)
-
         return Rerank(
-            score=text_scorer(scorer, encode),
+            score=model_text_scorer(self.loaded),
             max_candidates=self.compression.chunk_max_candidates,
             min_overflow=self.compression.chunk_min_overflow,
         )

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .loading import LoadedModel
+
 # chunk texts, target text -> one score per chunk (higher: keep first)
 TextScorer = Callable[[Sequence[str], str], list[float]]
 LOCAL_LINES = 4  # lines of the target text used as `local` context rather than scored
@@ -90,6 +92,17 @@ def text_scorer(scorer: ChunkScorer, encode: Callable[[str], list[int]]) -> Text
         return scorer.score([encode(c) for c in chunks], encode(scored), encode(local))
 
     return score
+
+
+def model_text_scorer(loaded: LoadedModel) -> TextScorer:
+    """A loaded model's chunk scorer over texts, encoded with its own tokenizer."""
+    tokenizer = loaded.tokenizer
+    scorer = ChunkScorer(loaded.model, bos_id=tokenizer.bos_token_id)
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    return text_scorer(scorer, encode)
 
 
 def rerank(
