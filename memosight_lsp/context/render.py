@@ -17,6 +17,10 @@ _CLOSE_SPACE = re.compile(r",? ([)\]}])")
 _COMMENT = re.compile(r"#|//|/\*").search
 
 
+def _indentation(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
 def join_lines(lines: list[str]) -> str:
     return "".join(line + "\n" for line in lines)
 
@@ -36,10 +40,10 @@ def _doc_lines(lines: list[str], d: Definition, python: bool) -> list[str]:
     if python:
         opener = head[0].lstrip().lstrip("rRbBuUfF")[:3]
         quote = opener if opener in _QUOTES else '"""'
-        indent = head[0][: len(head[0]) - len(head[0].lstrip())]
+        indent = _indentation(head[0])
         return [*head, indent + quote]
     if head[0].lstrip().startswith("/*"):
-        indent = head[0][: len(head[0]) - len(head[0].lstrip())]
+        indent = _indentation(head[0])
         return [*head, indent + " */"]
     return head
 
@@ -70,7 +74,7 @@ def _one_line(header: list[str]) -> list[str]:
         first += 1
     if len(header) - first <= 1 or any(_COMMENT(part) for part in header[first:]):
         return header  # a comment would swallow the rest of the joined line
-    indent = header[first][: len(header[first]) - len(header[first].lstrip())]
+    indent = _indentation(header[first])
     joined = " ".join(part.strip() for part in header[first:] if part.strip())
     joined = _OPEN_SPACE.sub(r"\1", joined)
     joined = _CLOSE_SPACE.sub(r"\1", joined)
@@ -108,7 +112,7 @@ def render_signature(
         for member in members:
             out.extend(_header_lines(lines, member, python, compact=not docs))
         if not python and header and not header[-1].rstrip().endswith("}"):
-            indent = header[0][: len(header[0]) - len(header[0].lstrip())]
+            indent = _indentation(header[0])
             out.append(indent + "}")
     return join_lines(out)
 
