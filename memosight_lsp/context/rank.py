@@ -437,8 +437,8 @@ class Ranker:
                 )
 
     def collect(self) -> list[Candidate]:
-        out: list[Candidate] = []
-        # One chunk per name and file: `@overload` stubs give way to the implementation.
+        # One chunk per name and file, with the best score of them: `@overload` stubs give way
+        # to the implementation.
         chosen: dict[tuple[str, str], Candidate] = {}
         for (rel, i), score in self.scores.items():
             outline = self.outline(rel)
@@ -448,16 +448,12 @@ class Ranker:
             if rel in self.open and rel != self.rel:
                 score *= OPEN_BUFFER_BOOST
             candidate = Candidate(rel, d, i, d.first_line, d.end_line, score, outline)
-            key = (rel, d.qualname)
-            other = chosen.get(key)
+            other = chosen.get((rel, d.qualname))
+            if other is not None:
+                candidate.score = other.score = max(score, other.score)
             if other is None or _preferred(candidate, other):
-                if other is not None:
-                    candidate.score = max(score, other.score)
-                chosen[key] = candidate
-            else:
-                other.score = max(score, other.score)
-        out.extend(chosen.values())
-        out.extend(self.windows)
+                chosen[(rel, d.qualname)] = candidate
+        out = [*chosen.values(), *self.windows]
         out.sort(key=lambda c: (-c.score, c.path, c.start_line, c.def_index))
         return out[:MAX_CANDIDATES]
 
