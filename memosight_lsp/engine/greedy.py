@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from .fused_trunk import trunk_for
 from .kv_cache import new_cache
 
 # Tokens allowed next, given the tokens generated so far; None means any token.
@@ -45,10 +46,10 @@ def forward(
     model, input_ids: torch.Tensor, cache: DynamicCache, *, last_only: bool = False
 ) -> torch.Tensor:
     """Run new tokens [1, S] on top of the cache; returns logits [S, V] ([1, V] if last_only)."""
-    out = model(
-        input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0
-    )
-    return out.logits[0].float()
+    hidden = trunk_for(model)(input_ids, cache)  # [S, H]
+    if last_only:
+        hidden = hidden[-1:]
+    return model.get_output_embeddings()(hidden).float()
 
 
 def pick(logits: torch.Tensor, allowed: Sequence[int] | None) -> int:

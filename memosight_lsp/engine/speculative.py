@@ -31,6 +31,7 @@ from .drafters import (
     build_tree,
     ngram_candidates,
 )
+from .fused_trunk import trunk_for
 from .greedy import (
     AllowedTokens,
     Generation,
@@ -55,14 +56,9 @@ class ModelRunner:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self.trunk = model.base_model
+        self.trunk = trunk_for(model)
         self.lm_head = model.get_output_embeddings()
         self.device = next(model.parameters()).device
-        dtype = next(model.parameters()).dtype
-        eager = getattr(model.config, "_attn_implementation", "eager") == "eager"
-        # eager attention adds the mask as-is: it needs 0 / -inf-like floats, not bools.
-        self.mask_dtype = dtype if eager else torch.bool
-        self.mask_min = torch.finfo(dtype).min
         # Tree rollback edits the cache in place: only plain full-length layers support that
         # (sliding-window, quantized or linear-attention layers fall back to greedy decoding).
         layers = DynamicCache(config=model.config).layers
@@ -74,27 +70,18 @@ class ModelRunner:
     def prefill(self, ids: Sequence[int], cache: DynamicCache) -> tuple[torch.Tensor, torch.Tensor]:
         """Hidden state [H] and logits [V] of the last of `ids`, appended to the cache."""
         input_ids = torch.tensor([list(ids)], device=self.device)  # [1, S]
-        hidden = self.trunk(input_ids=input_ids, cache=cache, use_cache=True).last_hidden_state
-        last = hidden[0, -1:]  # [1, H]
+        last = self.trunk(input_ids, cache)[-1:]  # [1, H]
         return last[0], self.lm_head(last)[0].float()
 
     @torch.inference_mode()
     def verify(self, root: int, tree: DraftTree, cache: DynamicCache, past: int) -> torch.Tensor:
         """Hidden states [1+n, H] for the root token and every tree node."""
         input_ids = torch.tensor([[root, *tree.tokens]], device=self.device)  # [1, 1+n]
-        if tree.chain:  # a chain is plain causal attention: let the model build its own mask
-            out = self.trunk(input_ids=input_ids, cache=cache, use_cache=True)
-        else:
-            n = len(tree.tokens) + 1
-            positions = torch.tensor([[past, *(past + d for d in tree.depths)]], device=self.device)
-            out = self.trunk(
-                input_ids=input_ids,
-                position_ids=positions,
-                attention_mask=self.tree_mask(tree, past, n),
-                cache=cache,
-                use_cache=True,
-            )
-        return out.last_hidden_state[0]  # [1+n, H]
+        if tree.chain:  # a chain is plain causal attention: the trunk builds its own mask
+            return self.trunk(input_ids, cache)
+        n = len(tree.tokens) + 1
+        positions = torch.tensor([past, *(past + d for d in tree.depths)], device=self.device)
+        return self.trunk(input_ids, cache, positions=positions, mask=self.tree_mask(tree, past, n))
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -103,20 +90,15 @@ class ModelRunner:
         return self.lm_head(hidden).float()
 
     def tree_mask(self, tree: DraftTree, past: int, n: int) -> torch.Tensor:
-        """[1, 1, n, past + n]: every node sees the past, its ancestors and itself."""
+        """[n, past + n] bool: every node sees the past, its ancestors and itself."""
         rows = [[True] + [False] * (n - 1)]
         for i, parent in enumerate(tree.parents, 1):
             row = list(rows[parent])
             row[i] = True
             rows.append(row)
-        local = torch.tensor(rows, device=self.device)  # [n, n] bool
         mask = torch.ones(n, past + n, dtype=torch.bool, device=self.device)
-        mask[:, past:] = local
-        if self.mask_dtype != torch.bool:
-            mask = torch.zeros(mask.shape, dtype=self.mask_dtype, device=self.device).masked_fill(
-                ~mask, self.mask_min
-            )
-        return mask[None, None]
+        mask[:, past:] = torch.tensor(rows, device=self.device)
+        return mask
 
     @staticmethod
     @torch.inference_mode()

@@ -1,0 +1,123 @@
+"""FusedTrunk must compute what transformers' own forward computes, for every model it accepts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from memosight_lsp.engine.fused_trunk import (
+    FusedTrunk,
+    HFTrunk,
+    fused_unsupported_reason,
+    trunk_for,
+)
+from memosight_lsp.engine.kv_cache import new_cache
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SHAPE = {
+    "vocab_size": 300,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+}
+
+
+def build(name: str):
+    torch.manual_seed(0)
+    if name == "llama":
+        return LlamaForCausalLM(LlamaConfig(**SHAPE, attention_bias=True, mlp_bias=True))
+    if name == "mistral":
+        return MistralForCausalLM(MistralConfig(**SHAPE, sliding_window=None))
+    if name == "qwen2":
+        return Qwen2ForCausalLM(Qwen2Config(**SHAPE))
+    if name == "qwen3":
+        return Qwen3ForCausalLM(Qwen3Config(**SHAPE, head_dim=16))
+    raise ValueError(name)
+
+
+def hf_hidden(model, ids, cache, positions=None, mask=None):
+    return HFTrunk(model)(ids, cache, positions=positions, mask=mask)
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen2", "qwen3"])
+def test_fused_trunk_matches_transformers(name):
+    model = build(name).eval()
+    assert fused_unsupported_reason(model) is None
+    reference = build(name).eval()  # same seed, never fused
+    fused = trunk_for(model)
+    assert isinstance(fused, FusedTrunk)
+    ids = torch.randint(0, SHAPE["vocab_size"], (1, 60), generator=torch.Generator().manual_seed(1))
+    ours, theirs = new_cache(model), new_cache(reference)
+
+    def same(got: torch.Tensor, want: torch.Tensor) -> None:
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+    # Prefill with no past (causal), a chain on top of a past, then one token.
+    same(fused(ids[:, :40], ours), hf_hidden(reference, ids[:, :40], theirs))
+    same(fused(ids[:, 40:45], ours), hf_hidden(reference, ids[:, 40:45], theirs))
+    same(fused(ids[:, 45:46], ours), hf_hidden(reference, ids[:, 45:46], theirs))
+    # A draft tree: two branches off the root, explicit positions and mask.
+    past = 46
+    positions = torch.tensor([past, past + 1, past + 2, past + 1])
+    mask = torch.ones(4, past + 4, dtype=torch.bool)
+    mask[:, past:] = torch.tensor(
+        [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 1]], dtype=torch.bool
+    )
+    tree = ids[:, 46:50]
+    same(
+        fused(tree, ours, positions=positions, mask=mask),
+        hf_hidden(reference, tree, theirs, positions=positions, mask=mask),
+    )
+    # The caches agree too, and the model's own forward still works on the fused weights.
+    for mine, ref in zip(ours.layers, theirs.layers, strict=True):
+        same(mine.keys, ref.keys)
+        same(mine.values, ref.values)
+    with torch.inference_mode():
+        same(model(ids).logits, reference(ids).logits)
+
+
+def test_fused_weights_are_shared_not_copied():
+    model = build("qwen2").eval()
+    before = sum(p.numel() for p in model.parameters())
+    trunk = trunk_for(model)
+    assert isinstance(trunk, FusedTrunk)
+    attention = model.model.layers[0].self_attn
+    layer = trunk.layers[0]
+    assert attention.q_proj.weight.data_ptr() == layer.qkv.data_ptr()
+    assert attention.k_proj.bias is not None and layer.qkv_bias is not None
+    assert attention.k_proj.bias.data_ptr() > layer.qkv_bias.data_ptr()
+    assert sum(p.numel() for p in model.parameters()) == before
+    assert trunk_for(model) is trunk  # built once per model
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        (GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100)), "family"),
+        (MistralForCausalLM(MistralConfig(**SHAPE, sliding_window=16)), "sliding"),
+    ],
+)
+def test_other_models_use_transformers_forward(model, reason):
+    assert reason in (fused_unsupported_reason(model) or "")
+    trunk = trunk_for(model.eval())
+    assert isinstance(trunk, HFTrunk)
+    ids = torch.randint(0, 100, (1, 12))
+    hidden = trunk(ids, new_cache(model))
+    assert hidden.shape == (12, model.config.hidden_size)
