@@ -121,3 +121,13 @@ def test_other_models_use_transformers_forward(model, reason):
     ids = torch.randint(0, 100, (1, 12))
     hidden = trunk(ids, new_cache(model))
     assert hidden.shape == (12, model.config.hidden_size)
+
+
+def test_logits_match_the_models_lm_head():
+    model = build("llama").eval()
+    trunk = trunk_for(model)
+    assert isinstance(trunk, FusedTrunk) and trunk.head_t is not None
+    hidden = torch.randn(5, SHAPE["hidden_size"])
+    with torch.inference_mode():
+        want = model.get_output_embeddings()(hidden)
+    torch.testing.assert_close(trunk.logits(hidden), want, rtol=1e-5, atol=1e-5)

@@ -46,10 +46,9 @@ def forward(
     model, input_ids: torch.Tensor, cache: DynamicCache, *, last_only: bool = False
 ) -> torch.Tensor:
     """Run new tokens [1, S] on top of the cache; returns logits [S, V] ([1, V] if last_only)."""
-    hidden = trunk_for(model)(input_ids, cache)  # [S, H]
-    if last_only:
-        hidden = hidden[-1:]
-    return model.get_output_embeddings()(hidden).float()
+    trunk = trunk_for(model)
+    hidden = trunk(input_ids, cache)  # [S, H]
+    return trunk.logits(hidden[-1:] if last_only else hidden)
 
 
 def pick(logits: torch.Tensor, allowed: Sequence[int] | None) -> int:
