@@ -116,7 +116,8 @@ class ModelRunner:
             cache.crop(m - total)
 
     def calibrate(self, context: int = 256) -> CostModel:
-        """Time verification passes of 1..32 tokens on a `context`-token cache."""
+        """Time verification passes of 1..32 tokens on a `context`-token cache, each with one
+        LM-head row: a walk projects only the rows it reaches (PassLogits), mostly one or two."""
         vocab = int(self.model.config.vocab_size)
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(0, vocab, (context + 40,), generator=generator).tolist()
@@ -125,7 +126,7 @@ class ModelRunner:
 
         def run(q: int) -> None:
             tree = DraftTree(tokens=ids[context + 1 : context + q], depths=list(range(1, q)))
-            self.logits(self.verify(ids[context], tree, cache, context))
+            self.logits(self.verify(ids[context], tree, cache, context)[:1])
             cache.crop(-q)
 
         return CostModel.calibrate(run, repeats=7)
