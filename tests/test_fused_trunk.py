@@ -131,3 +131,19 @@ def test_logits_match_the_models_lm_head():
     with torch.inference_mode():
         want = model.get_output_embeddings()(hidden)
     torch.testing.assert_close(trunk.logits(hidden), want, rtol=1e-5, atol=1e-5)
+
+
+def test_half_precision_runs_and_stays_close():
+    """bf16 (a GPU default): same code path, agreement only to bf16 rounding."""
+    model = build("qwen3").eval().to(torch.bfloat16)
+    reference = build("qwen3").eval().to(torch.bfloat16)
+    trunk = trunk_for(model)
+    assert isinstance(trunk, FusedTrunk)
+    ids = torch.randint(0, SHAPE["vocab_size"], (1, 30), generator=torch.Generator().manual_seed(2))
+    ours, theirs = new_cache(model), new_cache(reference)
+    hidden = trunk(ids, ours)
+    assert hidden.dtype == torch.bfloat16
+    torch.testing.assert_close(hidden, hf_hidden(reference, ids, theirs), rtol=0.05, atol=0.05)
+    step = trunk(ids[:, :1], ours)
+    logits = trunk.logits(step)
+    assert logits.dtype == torch.float32 and logits.shape == (1, SHAPE["vocab_size"])
