@@ -145,8 +145,8 @@ class _FusedLayer:
         self.post_norm = layer.post_attention_layernorm
         self.q_norm = getattr(attn, "q_norm", None)  # Qwen3
         self.k_norm = getattr(attn, "k_norm", None)
-        self.heads = int(config.num_attention_heads)
-        self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
+        self.n_heads = int(config.num_attention_heads)
+        self.n_kv_heads = int(getattr(config, "num_key_value_heads", None) or self.n_heads)
         self.head_dim = int(attn.head_dim)
         self.scaling = float(attn.scaling)
         self.qkv, self.qkv_bias = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
@@ -166,11 +166,11 @@ class _FusedLayer:
         causal: bool,
     ) -> torch.Tensor:
         seq = x.shape[1]
-        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         qkv = _product(self.input_norm(x), self.qkv, self.qkv_bias)  # [1, S, q + 2 kv]
-        q = qkv[..., :q_size].view(1, seq, self.heads, self.head_dim)
-        k = qkv[..., q_size : q_size + kv_size].view(1, seq, self.kv_heads, self.head_dim)
-        v = qkv[..., q_size + kv_size :].view(1, seq, self.kv_heads, self.head_dim)
+        q = qkv[..., :q_size].view(1, seq, self.n_heads, self.head_dim)
+        k = qkv[..., q_size : q_size + kv_size].view(1, seq, self.n_kv_heads, self.head_dim)
+        v = qkv[..., q_size + kv_size :].view(1, seq, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -184,7 +184,7 @@ class _FusedLayer:
             attn_mask=mask,
             is_causal=causal,
             scale=self.scaling,
-            enable_gqa=self.kv_heads != self.heads,
+            enable_gqa=self.n_kv_heads != self.n_heads,
         )
         attended = attended.transpose(1, 2).reshape(1, seq, q_size)
         x = x + _product(attended, self.o_proj, self.o_bias)
