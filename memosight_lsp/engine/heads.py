@@ -173,20 +173,26 @@ class HeadsDrafter:
         if depth <= 0:
             return []
         states = self.heads(hidden)[:depth]  # [K, H]
-        probs = torch.softmax(self.lm_head(states).float(), dim=-1)  # [K, V]
-        top_p, top_t = probs.topk(self.top_k, dim=-1)  # [K, k]
-        ts = top_t.tolist()
-        ps = [[min(1.0, p * self.scale(d)) for p in row] for d, row in enumerate(top_p.tolist())]
-        self._last = [(ts[d][0], float(top_p[d, 0])) for d in range(depth)]
+        # Heads are projected one at a time, only while the top-1 chain is still likely: an
+        # LM-head row is most of a head's cost (embedded model: 0.14 ms of ~0.2).
+        ts: list[list[int]] = []
+        ps: list[list[float]] = []
+        self._last = []
         chain, cum, p = [], [], 1.0
         for d in range(depth):
+            probs = torch.softmax(self.lm_head(states[d : d + 1])[0].float(), dim=-1)  # [V]
+            top_p, top_t = probs.topk(self.top_k)
+            ts.append(top_t.tolist())
+            raw = top_p.tolist()
+            ps.append([min(1.0, q * self.scale(d)) for q in raw])
+            self._last.append((ts[d][0], raw[0]))
             p *= ps[d][0]
             if p < MIN_PROBABILITY:
                 break
             chain.append(ts[d][0])
             cum.append(p)
         out = [Candidate(tokens=chain, probs=cum, source="heads")] if chain else []
-        for d in range(min(len(chain) + 1, depth)):
+        for d in range(len(ts)):
             before = cum[d - 1] if d else 1.0
             for j in range(1, self.top_k):
                 q = before * ps[d][j]
