@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
+from tiny_models import STDLIB
+from transformers import DynamicCache
 
-from memosight_lsp.bench.compress import completed_line, edit_similarity, main
+from memosight_lsp.bench.compress import completed_line, edit_similarity, main, target_nll
+from memosight_lsp.engine.compressed_decode import feed
+from memosight_lsp.engine.loading import load_model
 
 
 def test_edit_similarity_and_completed_line():
@@ -33,6 +38,10 @@ def test_bench_runs_and_writes_plots(tiny_model_dir, tmp_path, capsys):
     assert small["kvBytes"] < full["kvBytes"] / 2  # min_keep 64 of ~250 positions
     assert result["needle"]["truncate@4x"]["needleKept"] in (0.0, 1.0)
     assert 0.0 < result["needle"]["snapkv@4x"]["needleKept"] < 1.0
+    assert all(row["targetNll"] > 0 for row in result["nextLine"].values() if "targetNll" in row)
+    assert {"full@1x", "snapkv@4x", "truncate@4x"} <= {
+        name for name, row in result["nextLine"].items() if "targetNll" in row
+    }
     assert (tmp_path / "compress.png").stat().st_size > 10_000
     assert json.loads((tmp_path / "summary.json").read_text()) == result
 
@@ -40,3 +49,19 @@ def test_bench_runs_and_writes_plots(tiny_model_dir, tmp_path, capsys):
 def test_bench_reports_a_missing_model(tmp_path, capsys):
     assert main(["--model", str(tmp_path / "nope")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_target_nll_is_the_teacher_forced_loss_and_keeps_the_cache(tiny_model_dir):
+    loaded = load_model(tiny_model_dir)
+    model = loaded.model
+    ids = loaded.tokenizer.encode((STDLIB / "textwrap.py").read_text())[:70]
+    prompt, target = ids[:60], ids[60:70]
+    cache = DynamicCache(config=model.config)
+    logits = feed(model, prompt, cache, 0, last_only=True)[-1]
+    nll = target_nll(model, logits, target, cache, len(prompt))
+    assert cache.get_seq_length() == len(prompt)
+    with torch.inference_mode():
+        every = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
+    want = -every[59:69].gather(1, torch.tensor(target)[:, None]).mean()
+    assert nll == pytest.approx(float(want), rel=1e-4)
+    assert target_nll(model, logits, [], cache, len(prompt)) is None

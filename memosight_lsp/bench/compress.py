@@ -9,7 +9,9 @@ prompt is the file up to the start of a non-trivial line (2k-8k tokens, capped b
 context), and the model completes that line greedily. For every ratio r it is completed:
   - snapkv:   full prefill, then the KV cache compressed to 1/r of the prompt (lossy-snapkv)
   - truncate: only the last 1/r of the prompt tokens (the same KV budget)
-and reports next-line exact match, edit similarity, prefill ms, ms per token and KV bytes.
+and reports next-line exact match, edit similarity, the true line's negative log-likelihood
+under each cache (nats/token, teacher-forced: a quality measure that still moves when a weak
+model's exact match is 0 everywhere), prefill ms, ms per token and KV bytes.
 The needle test puts a uniquely named function far above the cursor and ends the prompt at a
 call of it (`x = <first part of the name>`); it reports how often each method keeps the name's
 positions (for snapkv: the share of layer/head slots keeping them) and how often the completed
@@ -117,10 +119,44 @@ def make_cases(loaded: LoadedModel, count: int, low: int, high: int, seed: int) 
                 "file": f"{path.parent.name}/{path.name}",
                 "prompt_ids": prompt_ids,
                 "target": lines[i].strip(),
+                "target_ids": continuation_ids(tokenizer, prompt, "\n" + lines[i].rstrip("\n")),
                 "next_line": True,
             }
         )
     return cases
+
+
+def continuation_ids(tokenizer: Any, prompt: str, continuation: str) -> list[int] | None:
+    """The true continuation's token ids as the model would see them after the prompt (None
+    when the prompt's own tokens change once the continuation follows)."""
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=True)
+    joint = tokenizer.encode(prompt + continuation, add_special_tokens=True)
+    if joint[: len(prompt_ids)] != prompt_ids or len(joint) == len(prompt_ids):
+        return None
+    return joint[len(prompt_ids) :]
+
+
+def target_nll(
+    model: Any,
+    first_logits: torch.Tensor,
+    target_ids: list[int] | None,
+    cache: DynamicCache,
+    position: int,
+    *,
+    uniform: bool = True,
+) -> float | None:
+    """Mean negative log-likelihood (nats per token) of the true continuation given the cache and
+    the prompt's last logits [V]; the cache is left as it was. Sensitive where exact match of
+    a weak model is 0 everywhere."""
+    if not target_ids:
+        return None
+    rows = [first_logits[None]]
+    if len(target_ids) > 1:
+        rows.append(feed(model, target_ids[:-1], cache, position, uniform=uniform))
+        cache.crop(-(len(target_ids) - 1))
+    log_probs = torch.log_softmax(torch.cat(rows).float(), dim=-1)
+    picked = log_probs[torch.arange(len(target_ids)), torch.tensor(target_ids)]
+    return float(-picked.mean())
 
 
 def make_needles(loaded: LoadedModel, count: int, low: int, high: int, seed: int) -> list[dict]:
@@ -151,6 +187,7 @@ def make_needles(loaded: LoadedModel, count: int, low: int, high: int, seed: int
             {
                 "prompt_ids": prompt_ids,
                 "target": name[len(hint) :] + "(",
+                "target_ids": continuation_ids(tokenizer, prompt, name[len(hint) :] + "("),
                 "name": name,
                 "needle_positions": list(range(start - 1, end)),
             }
@@ -221,6 +258,7 @@ def run_case(
         logits = feed(model, prompt, full, 0, last_only=True)[-1]
     prefill_ms = (time.perf_counter() - started) * 1000
     needle = case.get("needle_positions")
+    target_ids = case.get("target_ids")
     for ratio in ratios:
         if ratio == 1:
             continue
@@ -228,6 +266,9 @@ def run_case(
         t0 = time.perf_counter()
         config = SnapKVConfig(ratio=ratio, window=window, recent=window)
         compressed = compress(model, full, capture, len(prompt), config)
+        nll = target_nll(
+            model, logits, target_ids, compressed.cache, len(prompt), uniform=compressed.uniform
+        )
         gen = Generation(tokens=[], prompt_tokens=len(prompt), forward_passes=1)
         gen.prefill_ms = prefill_ms + (time.perf_counter() - t0) * 1000
         t1 = time.perf_counter()
@@ -236,6 +277,7 @@ def run_case(
         kv = cache_bytes(compressed.cache)
         out = row("snapkv", ratio, gen, output_line(loaded, gen.tokens, next_line), target, kv)
         out["needleKept"] = kept_fraction(compressed, needle) if needle else None
+        out["targetNll"] = nll
         rows.append(out)
         del compressed
         # truncate to the same number of positions
@@ -244,8 +286,13 @@ def run_case(
         kv = cache_bytes(full) * keep // len(prompt)
         out = row("truncate", ratio, gen, output_line(loaded, gen.tokens, next_line), target, kv)
         out["needleKept"] = float(min(needle) >= len(prompt) - keep) if needle else None
+        if target_ids:
+            short = DynamicCache(config=model.config)
+            short_logits = feed(model, prompt[-keep:], short, 0, last_only=True)[-1]
+            out["targetNll"] = target_nll(model, short_logits, target_ids, short, keep)
         rows.append(out)
     # Uncompressed last: decoding appends to the full cache the ratios above compressed.
+    full_nll = target_nll(model, logits, target_ids, full, len(prompt))
     gen = Generation(tokens=[], prompt_tokens=len(prompt), forward_passes=1, prefill_ms=prefill_ms)
     kv = cache_bytes(full)
     t1 = time.perf_counter()
@@ -253,6 +300,7 @@ def run_case(
     gen.decode_ms = (time.perf_counter() - t1) * 1000
     out = row("full", 1, gen, output_line(loaded, gen.tokens, next_line), target, kv)
     out["needleKept"] = 1.0 if needle else None
+    out["targetNll"] = full_nll
     rows.append(out)
     if lossless_ratio:
         # Lossless: drafts on the compressed cache, verified on the full one (same output).
@@ -293,10 +341,11 @@ def plot(summary: dict, needle: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    fig, axes = plt.subplots(1, 5, figsize=(21, 4))
     panels = (
         ("exact", summary, "next-line exact match"),
         ("editSimilarity", summary, "edit similarity"),
+        ("targetNll", summary, "true next line: nats/token (lower is better)"),
         ("msPerToken", summary, "ms per generated token"),
         ("needleKept", needle, "needle kept"),
     )
@@ -355,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     low = min(args.min_tokens, high // 2)
     cases = make_cases(loaded, args.samples, low, high, args.seed)
     needles = make_needles(loaded, args.needles, low, high, args.seed)
-    keys = ("exact", "editSimilarity", "prefillMs", "msPerToken", "kvBytes", "needleKept")
+    keys = ("exact", "editSimilarity", "targetNll", "prefillMs", "msPerToken", "kvBytes")
     rows: list[dict] = []
     needle_rows: list[dict] = []
     for i, case in enumerate(cases, 1):
@@ -367,8 +416,8 @@ def main(argv: list[str] | None = None) -> int:
             r["spelled"] = float(r["output"].startswith(case["target"]))
             needle_rows.append(r)
     sys.stderr.write("\n")
-    summary = summarise(rows, (*keys[:-1], "identical", "accepted"))
-    needle = summarise(needle_rows, ("needleKept", "spelled", "editSimilarity"))
+    summary = summarise(rows, (*keys, "identical", "accepted"))
+    needle = summarise(needle_rows, ("needleKept", "spelled", "editSimilarity", "targetNll"))
     result: dict[str, Any] = {
         "model": loaded.name,
         "modelContext": context,
