@@ -34,7 +34,7 @@ import torch
 from transformers import DynamicCache
 
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, decode_greedy, feed
-from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
+from memosight_lsp.engine.greedy import Generation, StopRules
 from memosight_lsp.engine.kv_compress import (
     QueryCapture,
     SnapKVConfig,
@@ -281,15 +281,21 @@ def run_case(
         rows.append(out)
         del compressed
         # truncate to the same number of positions
+        # (the same forward as the other methods, so times compare)
         keep = max(1, round(len(prompt) / ratio))
-        gen = greedy_generate(model, prompt[-keep:], rules)
+        t0 = time.perf_counter()
+        short = DynamicCache(config=model.config)
+        short_logits = feed(model, prompt[-keep:], short, 0, last_only=True)[-1]
+        gen = Generation(tokens=[], prompt_tokens=keep, forward_passes=1)
+        gen.prefill_ms = (time.perf_counter() - t0) * 1000
+        nll = target_nll(model, short_logits, target_ids, short, keep)
+        t1 = time.perf_counter()
+        decode_greedy(model, short_logits, short, keep, rules, gen)
+        gen.decode_ms = (time.perf_counter() - t1) * 1000
         kv = cache_bytes(full) * keep // len(prompt)
         out = row("truncate", ratio, gen, output_line(loaded, gen.tokens, next_line), target, kv)
         out["needleKept"] = float(min(needle) >= len(prompt) - keep) if needle else None
-        if target_ids:
-            short = DynamicCache(config=model.config)
-            short_logits = feed(model, prompt[-keep:], short, 0, last_only=True)[-1]
-            out["targetNll"] = target_nll(model, short_logits, target_ids, short, keep)
+        out["targetNll"] = nll
         rows.append(out)
     # Uncompressed last: decoding appends to the full cache the ratios above compressed.
     full_nll = target_nll(model, logits, target_ids, full, len(prompt))
