@@ -85,6 +85,15 @@ class HFTrunk:
     ) -> torch.Tensor:
         """input_ids [1, S] on top of the cache -> final hidden states [S, H]. positions [S]
         and mask [S, past + S] (bool, True = attend) default to plain causal order."""
+        return self._hidden(input_ids, cache, positions, mask)
+
+    def _hidden(
+        self,
+        input_ids: torch.Tensor,
+        cache: DynamicCache,
+        positions: torch.Tensor | None,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
         kwargs: dict[str, Any] = {}
         if positions is not None:
             kwargs["position_ids"] = positions[None]
@@ -218,16 +227,13 @@ class FusedTrunk(HFTrunk):
             weight.detach().t().contiguous() if small and plain and weight.is_cpu else None
         )
 
-    @torch.inference_mode()
-    def __call__(
+    def _hidden(
         self,
         input_ids: torch.Tensor,
         cache: DynamicCache,
-        *,
-        positions: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None,
+        mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Same contract as HFTrunk.__call__."""
         seq = input_ids.shape[-1]
         past = cache.get_seq_length()
         device = input_ids.device
