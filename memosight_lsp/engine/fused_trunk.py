@@ -44,6 +44,7 @@ def trunk_for(model: Any) -> HFTrunk | FusedTrunk:
 
 
 def fused_unsupported_reason(model: Any) -> str | None:
+    """Why FusedTrunk cannot run this model (then HFTrunk does); None when it can."""
     config = model.config
     if getattr(config, "model_type", None) not in FUSED_MODEL_TYPES:
         return f"model type {getattr(config, 'model_type', None)!r} is not of the Llama family"
