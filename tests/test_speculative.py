@@ -7,10 +7,11 @@ import random
 import pytest
 import torch
 from test_engine_greedy import hf_greedy
-from tiny_models import STDLIB
+from tiny_models import STDLIB, tiny_causal_lm, tiny_tokenizer
 from transformers import AutoModelForCausalLM
 
 from memosight_lsp.engine.drafters import Candidate, CostModel
+from memosight_lsp.engine.fused_trunk import FusedTrunk, HFTrunk, trunk_for
 from memosight_lsp.engine.greedy import StopRules, greedy_generate
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
@@ -101,10 +102,14 @@ def _track(oracle: OracleDrafter, tokens) -> bool:
     return False
 
 
-def test_eager_attention_uses_an_additive_mask(tiny_model_dir):
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="eager")
+def test_eager_attention_uses_an_additive_mask(tiny_model_dirs):
+    # GPT-2 runs transformers' own forward (Llama-family models run FusedTrunk, always SDPA).
+    folder = tiny_model_dirs["gpt2"]
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
     model.eval()
-    loaded = load_model(tiny_model_dir, device="cpu")
+    trunk = trunk_for(model)
+    assert isinstance(trunk, HFTrunk) and trunk.additive_mask
+    loaded = load_model(folder, device="cpu")
     oracle = OracleDrafter()
     decoder = SpeculativeDecoder(heads=oracle, cost_model=FLAT_COST, sources=("heads",))
     for prompt in prompts_from_files(loaded.tokenizer, 4, seed=5):
@@ -200,3 +205,26 @@ def test_sliding_window_models_fall_back_to_greedy(tmp_path):
     got = decoder(model, prompt, rules, buffer_id="x")
     assert got.tokens == greedy_generate(model, prompt, rules).tokens
     assert "speculative" not in got.stats
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "mistral"])
+def test_fused_trunk_architectures_stay_lossless(arch):
+    """Qwen3 (q/k norms) and Mistral (grouped KV heads) through FusedTrunk: trees and n-grams
+    give greedy's tokens, and greedy gives transformers generate's."""
+    tokenizer = tiny_tokenizer()
+    model = tiny_causal_lm(arch, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+    assert isinstance(trunk_for(model), FusedTrunk)
+    eos = tokenizer.eos_token_id
+    oracle = OracleDrafter()
+    trees = SpeculativeDecoder(heads=oracle, cost_model=FLAT_COST, sources=("heads",))
+    ngrams = SpeculativeDecoder(heads=None, cost_model=FLAT_COST)
+    for prompt in prompts_from_files(tokenizer, 8, seed=3):
+        want = greedy_generate(model, prompt, StopRules(max_new_tokens=20))
+        oracle.truth, oracle.done = want.tokens, 0
+        track = StopRules(max_new_tokens=20, should_stop=lambda t, o=oracle: _track(o, t))
+        drafted = trees(model, prompt, track)
+        assert drafted.tokens == want.tokens
+        assert drafted.forward_passes < want.forward_passes  # the trees were really accepted
+        assert ngrams(model, prompt, StopRules(max_new_tokens=20)).tokens == want.tokens
+        stopping = StopRules(max_new_tokens=12, stop_token_ids=frozenset({eos}))
+        assert greedy_generate(model, prompt, stopping).tokens == hf_greedy(model, prompt, 12, eos)

@@ -11,8 +11,12 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 from memosight_lsp.training.tokenizer_training import train_tokenizer
@@ -51,10 +55,35 @@ def tiny_config(arch: str, vocab_size: int, eos_id: int, pad_id: int):
         )
     if arch == "gpt2":
         return GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=2048, **common)
+    if arch in ("qwen3", "mistral"):
+        config_class = Qwen3Config if arch == "qwen3" else MistralConfig
+        return config_class(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            max_position_embeddings=2048,
+            sliding_window=None,
+            **common,
+        )
     raise ValueError(arch)
 
 
-MODEL_CLASSES = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "gpt2": GPT2LMHeadModel}
+MODEL_CLASSES = {
+    "llama": LlamaForCausalLM,
+    "qwen2": Qwen2ForCausalLM,
+    "gpt2": GPT2LMHeadModel,
+    "qwen3": Qwen3ForCausalLM,
+    "mistral": MistralForCausalLM,
+}
+
+
+def tiny_causal_lm(arch: str, vocab_size: int, eos_id: int, pad_id: int, seed: int = 0):
+    """A tiny random model in memory (for architectures no saved-folder test needs)."""
+    torch.manual_seed(seed)
+    return MODEL_CLASSES[arch](tiny_config(arch, vocab_size, eos_id, pad_id)).eval()
 
 
 def save_tiny_model(folder: Path, arch: str = "llama", seed: int = 0) -> Path:
