@@ -18,6 +18,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from .fim import FimFormat, resolve_fim_format
+from .fused_trunk import trunk_for
 
 EMBEDDED_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
@@ -167,6 +168,9 @@ def load_model(
     except (torch.OutOfMemoryError, MemoryError) as err:
         raise ModelLoadError(f"out of memory moving the model to {torch_device}") from err
     model.eval()
+    # The decoders' trunk re-lays the weights out once (fused_trunk): part of loading, not of
+    # the first keystroke.
+    trunk_for(model)
     try:
         fim = resolve_fim_format(tokenizer.get_vocab(), fim_format)
     except ValueError as err:
