@@ -5,9 +5,9 @@ weights, not by arithmetic. transformers' forward builds masks, dispatches ~30 m
 makes 7 matrix products a layer; FusedTrunk does the same math for the Llama family (Llama,
 Mistral without a sliding window, Qwen2, Qwen3) with q/k/v fused into one product (gate and up
 stay apart: SiLU over a slice of a fused output ran 2.5x slower in a prefill), weights laid out
-[in, out], a mask built only when one is needed and, on a CPU, a transposed copy of a small LM
-head (embedded model, one token on a 900-token cache with its logits: 4.6 -> 2.5 ms;
-docs/speculative.md). The model's own modules keep working: their weights become views into
+[in, out], RMSNorm as one operator, a mask built only when one is needed and, on a CPU, a
+transposed copy of a small LM head (embedded model, one token on a 900-token cache with its
+logits: 4.6 -> ~2.0 ms; docs/speculative.md). The model's own modules keep working: their weights become views into
 the fused matrices, so only the LM head copy adds memory.
 
 Every decoder that must agree token for token with plain greedy decoding (greedy.py,
