@@ -5,10 +5,11 @@ weights, not by arithmetic. transformers' forward builds masks, dispatches ~30 m
 makes 7 matrix products a layer; FusedTrunk does the same math for the Llama family (Llama,
 Mistral without a sliding window, Qwen2, Qwen3) with q/k/v fused into one product (gate and up
 stay apart: SiLU over a slice of a fused output ran 2.5x slower in a prefill), weights laid out
-[in, out], RMSNorm as one operator, a mask built only when one is needed and, on a CPU, a
-transposed copy of a small LM head (embedded model, one token on a 900-token cache with its
-logits: 4.6 -> ~2.0 ms; docs/speculative.md). The model's own modules keep working: their weights become views into
-the fused matrices, so only the LM head copy adds memory.
+[in, out], RMSNorm as one operator, rotary embeddings for queries and keys at once, a mask built
+only when one is needed and, on a CPU, a transposed copy of a small LM head (embedded model, one
+token on a 900-token cache with its logits: 4.6 -> ~2.0 ms; docs/speculative.md). The model's
+own modules keep working: their weights become views into the fused matrices, so only the LM
+head copy adds memory.
 
 Every decoder that must agree token for token with plain greedy decoding (greedy.py,
 speculative.py) runs through `trunk_for(model)`, so they share exactly the same arithmetic. Other
@@ -154,11 +155,6 @@ def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
     return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class _FusedLayer:
     def __init__(self, layer: Any, config: Any, index: int) -> None:
         attn, mlp = layer.self_attn, layer.mlp
@@ -188,16 +184,17 @@ class _FusedLayer:
         causal: bool,
     ) -> torch.Tensor:
         seq = x.shape[1]
-        q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        heads, kv_heads = self.n_heads, self.n_kv_heads
         qkv = _product(_rms_norm(x, self.input_norm), self.qkv, self.qkv_bias)  # [1, S, q + 2 kv]
-        q = qkv[..., :q_size].view(1, seq, self.n_heads, self.head_dim)
-        k = qkv[..., q_size : q_size + kv_size].view(1, seq, self.n_kv_heads, self.head_dim)
-        v = qkv[..., q_size + kv_size :].view(1, seq, self.n_kv_heads, self.head_dim)
+        # [1, heads + 2 kv_heads, S, D]: queries, keys and values head by head.
+        qkv = qkv.view(1, seq, heads + 2 * kv_heads, self.head_dim).transpose(1, 2)
+        qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]
         if self.q_norm is not None and self.k_norm is not None:
-            q, k = _rms_norm(q, self.q_norm), _rms_norm(k, self.k_norm)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+            q, k = _rms_norm(qk[:, :heads], self.q_norm), _rms_norm(qk[:, heads:], self.k_norm)
+            qk = torch.cat((q, k), dim=1)
+        # Rotary for queries and keys at once; sin carries rotate_half's sign (see _hidden).
+        qk = qk * cos + qk.roll(self.head_dim // 2, dims=-1) * sin
+        q, k = qk[:, :heads], qk[:, heads:]
         keys, values = cache.update(k, v, self.index)
         attended = F.scaled_dot_product_attention(
             q,
@@ -208,7 +205,7 @@ class _FusedLayer:
             scale=self.scaling,
             enable_gqa=self.n_kv_heads != self.n_heads,
         )
-        attended = attended.transpose(1, 2).reshape(1, seq, q_size)
+        attended = attended.transpose(1, 2).reshape(1, seq, heads * self.head_dim)
         x = x + _product(attended, self.o_proj, self.o_bias)
         h = _rms_norm(x, self.post_norm)
         gate, up = _product(h, self.gate, self.gate_bias), _product(h, self.up, self.up_bias)
@@ -260,6 +257,9 @@ class FusedTrunk(HFTrunk):
         attn_mask = mask[None, None] if mask is not None else None
         x = self.embed(input_ids)  # [1, S, H]
         cos, sin = self.rotary(x, positions[None])  # [1, S, D]
+        # rotate_half(t) * sin == t.roll(D / 2) * signed_sin: one operator instead of four.
+        half = sin.shape[-1] // 2
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
         cos, sin = cos[:, None], sin[:, None]
         for layer in self.layers:
             x = layer(x, cos, sin, cache, attn_mask, causal)
