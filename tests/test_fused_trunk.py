@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import (
-    GPT2Config,
-    GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-    Qwen3Config,
-    Qwen3ForCausalLM,
-)
+from tiny_models import LLAMA_FAMILY, LLAMA_FAMILY_SHAPE, MODEL_CLASSES
+from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, MistralForCausalLM
 
 from memosight_lsp.engine.fused_trunk import (
     FusedTrunk,
@@ -27,28 +17,16 @@ from memosight_lsp.engine.kv_cache import new_cache
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-SHAPE = {
-    "vocab_size": 300,
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 512,
-}
+SHAPE = {**LLAMA_FAMILY_SHAPE, "vocab_size": 300}
 
 
 def build(name: str):
+    """The test suite's tiny Llama-family model; Llama with attention and MLP biases."""
     torch.manual_seed(0)
+    config_class, extra = LLAMA_FAMILY[name]
     if name == "llama":
-        return LlamaForCausalLM(LlamaConfig(**SHAPE, attention_bias=True, mlp_bias=True))
-    if name == "mistral":
-        return MistralForCausalLM(MistralConfig(**SHAPE, sliding_window=None))
-    if name == "qwen2":
-        return Qwen2ForCausalLM(Qwen2Config(**SHAPE))
-    if name == "qwen3":
-        return Qwen3ForCausalLM(Qwen3Config(**SHAPE, head_dim=16))
-    raise ValueError(name)
+        extra = {**extra, "attention_bias": True, "mlp_bias": True}
+    return MODEL_CLASSES[name](config_class(**SHAPE, **extra))
 
 
 def hf_hidden(model, ids, cache, positions=None, mask=None):

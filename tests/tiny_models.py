@@ -30,45 +30,31 @@ def tiny_tokenizer(vocab_size: int = 600):
     return train_tokenizer(texts, vocab_size)
 
 
+# The Llama-family test models share one shape; the extras make each its own variant.
+LLAMA_FAMILY_SHAPE = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+}
+LLAMA_FAMILY = {
+    "llama": (LlamaConfig, {"tie_word_embeddings": True}),
+    "qwen2": (Qwen2Config, {}),
+    "qwen3": (Qwen3Config, {"head_dim": 16, "sliding_window": None}),
+    "mistral": (MistralConfig, {"head_dim": 16, "sliding_window": None}),
+}
+
+
 def tiny_config(arch: str, vocab_size: int, eos_id: int, pad_id: int):
     common = {"vocab_size": vocab_size, "eos_token_id": eos_id, "pad_token_id": pad_id}
-    if arch == "llama":
-        return LlamaConfig(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=2048,
-            tie_word_embeddings=True,
-            **common,
-        )
-    if arch == "qwen2":
-        return Qwen2Config(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=2048,
-            **common,
-        )
     if arch == "gpt2":
         return GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=2048, **common)
-    if arch in ("qwen3", "mistral"):
-        config_class = Qwen3Config if arch == "qwen3" else MistralConfig
-        return config_class(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=16,
-            max_position_embeddings=2048,
-            sliding_window=None,
-            **common,
-        )
-    raise ValueError(arch)
+    if arch not in LLAMA_FAMILY:
+        raise ValueError(arch)
+    config_class, extra = LLAMA_FAMILY[arch]
+    return config_class(**LLAMA_FAMILY_SHAPE, **extra, **common)
 
 
 MODEL_CLASSES = {
