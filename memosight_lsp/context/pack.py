@@ -57,27 +57,30 @@ class _Layout:
     suffix_end: int = 0
     reranked: bool = False
 
-    def prefix(self) -> str:
-        parts: list[str] = []
+    def cross_by_file(self) -> list[tuple[str, list[Piece]]]:
+        """Other files' snippets in prompt order: files by path (open or recently edited ones
+        last, nearest the cursor), each file's snippets in line order."""
         by_file: dict[str, list[Piece]] = {}
         for piece in self.cross:
             by_file.setdefault(piece.path, []).append(piece)
-        for path in sorted(by_file, key=lambda p: (p in self.volatile, p)):
+        return [
+            (path, sorted(by_file[path], key=lambda p: p.start_line))
+            for path in sorted(by_file, key=lambda p: (p in self.volatile, p))
+        ]
+
+    def prefix(self) -> str:
+        parts: list[str] = []
+        for path, pieces in self.cross_by_file():
             assert self.spec is not None
             parts.append(path_marker(self.spec, path))
-            parts.extend(p.text for p in sorted(by_file[path], key=lambda p: p.start_line))
+            parts.extend(p.text for p in pieces)
         parts.append(self.marker)
         parts.extend(p.text for p in sorted(self.local, key=lambda p: p.start_line))
         parts.append(self.prefix_text)
         return "".join(parts)
 
     def snippets(self, counter: TokenCounter) -> list[Snippet]:
-        ordered: list[Piece] = []
-        by_file: dict[str, list[Piece]] = {}
-        for piece in self.cross:
-            by_file.setdefault(piece.path, []).append(piece)
-        for path in sorted(by_file, key=lambda p: (p in self.volatile, p)):
-            ordered.extend(sorted(by_file[path], key=lambda p: p.start_line))
+        ordered = [piece for _, pieces in self.cross_by_file() for piece in pieces]
         ordered.extend(sorted(self.local, key=lambda p: p.start_line))
         out = [_snippet(p) for p in ordered]
         if self.prefix_text:
