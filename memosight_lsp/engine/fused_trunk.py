@@ -170,8 +170,8 @@ class _FusedLayer:
         self.qkv, self.qkv_bias = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
         self.gate, self.gate_bias = _fuse([mlp.gate_proj])
         self.up, self.up_bias = _fuse([mlp.up_proj])
-        self.o_proj, self.o_bias = _fuse([attn.o_proj])
-        self.down_proj, self.down_bias = _fuse([mlp.down_proj])
+        self.o, self.o_bias = _fuse([attn.o_proj])
+        self.down, self.down_bias = _fuse([mlp.down_proj])
         self.act = mlp.act_fn
 
     def __call__(
@@ -206,10 +206,10 @@ class _FusedLayer:
             enable_gqa=self.n_kv_heads != self.n_heads,
         )
         attended = attended.transpose(1, 2).reshape(1, seq, heads * self.head_dim)
-        x = x + _product(attended, self.o_proj, self.o_bias)
+        x = x + _product(attended, self.o, self.o_bias)
         h = _rms_norm(x, self.post_norm)
         gate, up = _product(h, self.gate, self.gate_bias), _product(h, self.up, self.up_bias)
-        return x + _product(self.act(gate) * up, self.down_proj, self.down_bias)
+        return x + _product(self.act(gate) * up, self.down, self.down_bias)
 
 
 # A transposed copy of an LM head up to this size is kept on CPUs, where hidden @ W^T runs 30-40%
