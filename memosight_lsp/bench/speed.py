@@ -160,15 +160,21 @@ def run_samples(
 
 
 def ablation(
-    loaded: LoadedModel, prompts: list[dict], rows: list[dict], max_new: int, heads: Any
+    loaded: LoadedModel,
+    prompts: list[dict],
+    rows: list[dict],
+    max_new: int,
+    drafters: dict[str, Any],
 ) -> dict[str, Any]:
     """Median speed-up vs transformers generate with one draft source at a time."""
     rules = StopRules(max_new_tokens=max_new, stop_token_ids=loaded.stop_token_ids)
     out = {}
-    for source in ("prompt", "heads"):
-        decoder = SpeculativeDecoder(sources=(source,), heads=heads)
+    for source in ("prompt", "corpus", "heads"):
+        decoder = SpeculativeDecoder(sources=(source,), **drafters)
         decoder(loaded.model, prompts[0]["ids"], rules)  # calibrate and warm up
-        if source == "heads" and decoder.heads is None:
+        if (source == "heads" and decoder.heads is None) or (
+            source == "corpus" and decoder.ngrams is None
+        ):
             continue
         speedups, per_pass = [], []
         for sample, row in zip(prompts, rows, strict=True):
@@ -199,12 +205,12 @@ def type_through(
     rows: list[dict],
     max_new: int,
     budget: int,
-    heads: Any,
+    drafters: dict[str, Any],
 ) -> dict[str, Any]:
     """Ask, type the start of the suggestion, ask again in the same buffer: KV reuse and the
     previous suggestion both apply. Compared with a cold transformers generate on the new prompt."""
     rules = StopRules(max_new_tokens=max_new, stop_token_ids=loaded.stop_token_ids)
-    decoder = SpeculativeDecoder(heads=heads)
+    decoder = SpeculativeDecoder(**drafters)
     decoder(loaded.model, prompts[0]["ids"], rules)  # calibrate and warm up
     tok = loaded.tokenizer
     speedups: list[float] = []
@@ -404,6 +410,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--no-heads", action="store_true", help="draft without the heads")
+    parser.add_argument(
+        "--no-ngrams", action="store_true", help="draft without the model's n-gram table"
+    )
     parser.add_argument("--ablate", action="store_true", help="also time each source alone")
     parser.add_argument("--json", action="store_true", help="print the full JSON to stdout")
     parser.add_argument("--plot", type=Path, help="write a PNG of speed-up and acceptance")
@@ -429,20 +438,17 @@ def main(argv: list[str]) -> int:
     if not prompts:
         sys.stderr.write("error: could not sample any cursor position from the files\n")
         return 2
-    decoder = SpeculativeDecoder(heads=None if args.no_heads else "auto")
+    drafters: dict[str, Any] = {
+        "heads": None if args.no_heads else "auto",
+        "ngrams": None if args.no_ngrams else "auto",
+    }
+    decoder = SpeculativeDecoder(**drafters)
     rows = run_samples(loaded, prompts, args.max_new_tokens, decoder)
     summary = summarize(rows, decoder)
     if args.ablate:
-        heads = None if args.no_heads else "auto"
-        summary["bySourceAlone"] = ablation(loaded, prompts, rows, args.max_new_tokens, heads)
+        summary["bySourceAlone"] = ablation(loaded, prompts, rows, args.max_new_tokens, drafters)
     summary["typeThrough"] = type_through(
-        loaded,
-        engine,
-        prompts,
-        rows,
-        args.max_new_tokens,
-        args.budget_tokens,
-        None if args.no_heads else "auto",
+        loaded, engine, prompts, rows, args.max_new_tokens, args.budget_tokens, drafters
     )
     summary["timeToFirstToken"] = time_to_first_token(loaded, list(files), decoder)
     summary["timeToFirstTokenFim"] = fim_edit_ttft(loaded, list(files), decoder)

@@ -1,16 +1,16 @@
-"""`memosight train base|heads`: train the embedded model or the multi-token heads."""
+"""`memosight train base|heads|ngrams`: train the embedded model or its drafters."""
 
 from __future__ import annotations
 
 import importlib
 
 # what -> module under memosight_lsp.training exposing register_cli(parser) and run_cli(args)
-TRAINERS = {"base": "base_cli", "heads": "heads_cli"}
+TRAINERS = {"base": "base_cli", "heads": "heads_cli", "ngrams": "ngrams_cli"}
 
 
 def register(sub) -> None:
     parser = sub.add_parser(
-        "train", help="train the base model or prediction heads", description=__doc__
+        "train", help="train the base model, prediction heads or n-gram table", description=__doc__
     )
     whats = parser.add_subparsers(dest="what", metavar="WHAT", required=True)
     for what, module_name in TRAINERS.items():

@@ -92,13 +92,26 @@ def cache_root() -> Path:
 
 
 def heads_folders(model: Any) -> list[Path]:
-    """Where heads for this model may live: next to it, then the per-model cache folder."""
+    """Where files fitted to this model (heads, n-gram table) live: next to it, then the
+    per-model cache folder."""
     folders = []
     source = getattr(model.config, "_name_or_path", "") or getattr(model, "name_or_path", "")
     if source and Path(source).is_dir():
         folders.append(Path(source))
     folders.append(cache_root() / lm_head_fingerprint(model))
     return folders
+
+
+def output_folder(model_source: str | os.PathLike, model: Any) -> Path:
+    """Where to save files fitted to a model: its own folder when writable, else the cache."""
+    folder = Path(model_source)
+    probe = folder / ".memosight-write-test"
+    try:
+        probe.touch()
+        probe.unlink()
+        return folder
+    except OSError:
+        return cache_root() / lm_head_fingerprint(model)
 
 
 def save_heads(heads: MedusaHeads, config: HeadsConfig, folder: Path) -> Path:

@@ -43,10 +43,11 @@ from .greedy import (
 )
 from .heads import find_heads
 from .kv_cache import new_cache
+from .ngram_model import NgramDrafter, find_ngram_table
 from .prefix_cache import PrefixCache
 
 PREVIOUS_CONTEXT = 24  # prompt tokens kept before the previous suggestion (to find where it went)
-SOURCES = ("previous", "prompt", "workspace", "heads")
+SOURCES = ("previous", "prompt", "workspace", "corpus", "heads")
 HEADS_PROBE_CALLS = 64  # passes with heads before judging whether they pay
 HEADS_REPROBE_EVERY = 2048
 
@@ -185,6 +186,7 @@ class SpeculativeDecoder:
         *,
         prefix_cache: PrefixCache | None = None,
         heads: Any = "auto",
+        ngrams: Any = "auto",
         cost_model: CostModel | None = None,
         max_draft: int = 32,
         max_depth: int = 24,
@@ -196,6 +198,10 @@ class SpeculativeDecoder:
         # candidates(hidden, limit) -> list[Candidate], or None.
         self.heads_option = heads
         self.heads: Any = None if heads == "auto" else heads
+        # "auto": the n-gram table saved for the model's vocabulary (ngram_model.py), a table,
+        # or None.
+        self.ngrams_option = ngrams
+        self.ngrams: NgramDrafter | None = None
         self.cost_model = cost_model
         self.max_draft = max_draft
         self.max_depth = max_depth
@@ -225,6 +231,10 @@ class SpeculativeDecoder:
             self._runner = ModelRunner(model)
             if self.heads_option == "auto":
                 self.heads = find_heads(model)
+            table = self.ngrams_option
+            if table == "auto":
+                table = find_ngram_table(model)
+            self.ngrams = NgramDrafter(table) if table is not None else None
             self.prefix_cache.clear()
             self.previous.clear()
             if self.cost_model is None and self._runner.supported:
@@ -300,8 +310,9 @@ class SpeculativeDecoder:
                 truth = [scores.choice(0)]
             if candidates:
                 self.stats.update(candidates, truth, len(truth))
-                if self.heads is not None and hasattr(self.heads, "feedback"):
-                    self.heads.feedback(truth)
+                for drafter in (self.heads, self.ngrams):
+                    if drafter is not None and hasattr(drafter, "feedback"):
+                        drafter.feedback(truth)
             hidden, logits = hiddens[node], scores.at(node)
             if reason is not None:
                 result.stop_reason = reason
@@ -341,6 +352,8 @@ class SpeculativeDecoder:
             out += ngram_candidates("prompt", context, tail, room, self.stats)
         if self.workspace is not None and "workspace" in self.sources:
             out += ngram_candidates("workspace", self.workspace, tail, room, self.stats)
+        if self.ngrams is not None and "corpus" in self.sources:
+            out += self.ngrams.candidates(committed, room)
         if self.heads is not None and "heads" in self.sources and self._heads_pay():
             started = time.perf_counter()
             out += self.heads.candidates(hidden, room)
@@ -379,4 +392,5 @@ class SpeculativeDecoder:
             "costModelMs": self.cost_model.costs if self.cost_model else None,
             "totals": self.totals,
             "heads": self.heads is not None,
+            "ngramContexts": len(self.ngrams.table) if self.ngrams is not None else 0,
         }

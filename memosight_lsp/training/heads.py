@@ -28,6 +28,7 @@ from memosight_lsp.engine.heads import (
     MedusaHeads,
     lm_head_fingerprint,
     model_dims,
+    output_folder,
     save_heads,
 )
 from memosight_lsp.engine.loading import load_model
@@ -161,21 +162,6 @@ def batches(windows: list[list[int]], size: int, rng: random.Random) -> Iterator
             yield torch.tensor([windows[j] for j in order[start : start + size]])
 
 
-def output_folder(cfg: HeadsTrainingConfig, loaded) -> Path:
-    if cfg.out:
-        return Path(cfg.out)
-    folder = Path(loaded.source)
-    probe = folder / ".memosight-write-test"
-    try:
-        probe.touch()
-        probe.unlink()
-        return folder
-    except OSError:
-        from memosight_lsp.engine.heads import cache_root
-
-        return cache_root() / lm_head_fingerprint(loaded.model)
-
-
 def train_heads(cfg: HeadsTrainingConfig) -> Path:
     """Train heads for cfg.model on cfg.data; returns the folder holding heads.safetensors."""
     if cfg.threads:
@@ -207,7 +193,7 @@ def train_heads(cfg: HeadsTrainingConfig) -> Path:
     if not train or not val:
         raise ValueError("not enough source text to train heads (need a few thousand tokens)")
     log.info("heads: %d train windows, %d held-out windows", len(train), len(val))
-    out = output_folder(cfg, loaded)
+    out = Path(cfg.out) if cfg.out else output_folder(loaded.source, model)
     ckpt = out / "heads-checkpoint.pt"
     heads = MedusaHeads(hidden_size, cfg.num_heads)
     optimizer = torch.optim.AdamW(heads.parameters(), lr=cfg.lr, weight_decay=0.0)

@@ -1,0 +1,232 @@
+"""A token n-gram model of code: drafts for the passes where the prompt does not repeat itself.
+
+The table holds, for every context of 1..MAX_ORDER tokens seen at least `min_count` times in a
+code corpus (tokenized with the model's tokenizer), its two commonest next tokens and their shares.
+Drafting backs off from the longest known context, like any n-gram model. Code is mostly syntax
+and idiom (`self.`, `):\\n`, `return None`), which such a table predicts once the model's bonus
+token is known, for the cost of a few binary searches. Verification decides, so a wrong draft only
+costs its place in the tree.
+
+The embedded model ships a table built from its training corpus; `memosight train ngrams` builds
+one for any model from a workspace. Saved as `ngrams.npz` where heads live (heads.heads_folders),
+with the fingerprint of the model's LM head, as heads are: token ids only mean something in the
+vocabulary they were counted in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .drafters import MIN_PROBABILITY, Candidate
+from .heads import heads_folders, lm_head_fingerprint
+
+log = logging.getLogger(__name__)
+
+NGRAMS_FILE = "ngrams.npz"
+FORMAT_VERSION = 1
+MAX_ORDER = 4
+_MASK = (1 << 64) - 1
+_MULT = 0x9E3779B97F4A7C15
+_MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+PRIOR_WEIGHT = 8.0  # pseudo-counts behind each confidence bucket's prior
+
+
+def _finish(h: int) -> int:
+    """splitmix64's finaliser: every input bit moves the high half the key is taken from."""
+    h = ((h ^ (h >> 30)) * _MIX1) & _MASK
+    h = ((h ^ (h >> 27)) * _MIX2) & _MASK
+    return h ^ (h >> 31)
+
+
+def context_key(tokens: Sequence[int]) -> int:
+    """32-bit key of a context: a polynomial hash seeded with the context's length, finished by
+    a mixer, high half kept. A 2M-entry table then answers a context it never saw with a wrong
+    guess ~0.05% of the time, which only costs that draft (verification decides)."""
+    h = len(tokens)
+    for t in tokens:
+        h = (h * _MULT + t + 1) & _MASK
+    return _finish(h) >> 32
+
+
+def context_keys(ids: np.ndarray, order: int) -> np.ndarray:
+    """context_key of every `order`-token window of ids, vectorised: uint32 [windows]."""
+    count = len(ids) - order + 1
+    h = np.full(count, order, dtype=np.uint64)
+    for j in range(order):
+        h = h * np.uint64(_MULT) + ids[j : j + count].astype(np.uint64) + np.uint64(1)
+    h = (h ^ (h >> np.uint64(30))) * np.uint64(_MIX1)
+    h = (h ^ (h >> np.uint64(27))) * np.uint64(_MIX2)
+    h = h ^ (h >> np.uint64(31))
+    return (h >> np.uint64(32)).astype(np.uint32)
+
+
+class NgramTable:
+    """Sorted context keys with their two commonest next tokens and the tokens' shares in 1/255
+    (a share of 0: no second token)."""
+
+    def __init__(
+        self,
+        keys: np.ndarray,
+        tokens: np.ndarray,
+        shares: np.ndarray,
+        *,
+        model_fingerprint: str,
+        max_order: int = MAX_ORDER,
+    ) -> None:
+        self.keys = keys  # uint32 [N], ascending
+        self.tokens = tokens  # [N, 2], uint16 for vocabularies that fit
+        self.shares = shares  # uint8 [N, 2]
+        self.model_fingerprint = model_fingerprint
+        self.max_order = max_order
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def next_tokens(self, tail: Sequence[int]) -> list[tuple[int, float]]:
+        """(token, share) of the commonest next tokens after the longest known context."""
+        keys = self.keys
+        for n in range(min(self.max_order, len(tail)), 0, -1):
+            key = context_key(tail[-n:])
+            i = int(keys.searchsorted(key))
+            if i < len(keys) and keys[i] == key:
+                return [
+                    (int(t), int(s) / 255.0)
+                    for t, s in zip(self.tokens[i], self.shares[i], strict=True)
+                    if s > 0
+                ]
+        return []
+
+    def save(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as fh:  # a handle: np.savez would append .npz to other names
+            np.savez_compressed(
+                fh,
+                keys=self.keys,
+                tokens=self.tokens,
+                shares=self.shares,
+                meta=np.array([FORMAT_VERSION, self.max_order]),
+                model_fingerprint=np.array(self.model_fingerprint),
+            )
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> NgramTable:
+        """Raises ValueError for a file that is not a table of this format."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                version, max_order = (int(x) for x in data["meta"])
+                keys, tokens, shares = data["keys"], data["tokens"], data["shares"]
+                fingerprint = str(data["model_fingerprint"])
+        except (OSError, KeyError, ValueError, EOFError) as err:
+            raise ValueError(f"unreadable n-gram table {path}: {err}") from err
+        if version != FORMAT_VERSION:
+            raise ValueError(f"n-gram table {path} has format {version}, not {FORMAT_VERSION}")
+        if (
+            keys.dtype != np.uint32
+            or tokens.shape != (len(keys), 2)
+            or shares.shape != (len(keys), 2)
+            or bool(np.any(keys[1:] <= keys[:-1]))
+        ):
+            raise ValueError(f"n-gram table {path} is corrupt")
+        return cls(
+            keys,
+            tokens,
+            shares.astype(np.uint8),
+            model_fingerprint=fingerprint,
+            max_order=max_order,
+        )
+
+
+def find_ngram_table(model: Any) -> NgramTable | None:
+    """The table saved for this model, if any (next to the model or in the cache)."""
+    fingerprint = lm_head_fingerprint(model)
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    for folder in heads_folders(model):
+        path = folder / NGRAMS_FILE
+        if not path.is_file():
+            continue
+        try:
+            table = NgramTable.load(path)
+        except ValueError as err:
+            log.warning("ignoring %s", err)
+            continue
+        if table.model_fingerprint != fingerprint:
+            log.info("n-gram table %s was built for another model; not using it", path)
+            continue
+        if len(table) and int(table.tokens.max()) >= vocab:
+            log.warning("ignoring n-gram table %s: token ids beyond the vocabulary", path)
+            continue
+        log.info("using an n-gram table of %d contexts from %s", len(table), path)
+        return table
+    return None
+
+
+class NgramDrafter:
+    """The table's top-1 chain after the committed tokens, plus its second guesses as one-token
+    detours. A share is turned into an acceptance probability by online counts per share decile
+    (first and second guesses apart), starting from the share itself."""
+
+    def __init__(self, table: NgramTable, max_depth: int = 12) -> None:
+        self.table = table
+        self.max_depth = max_depth
+        self.proposed = [0.0] * 20
+        self.accepted = [0.0] * 20
+        self._last: list[tuple[int, int]] = []  # (token, bucket) of the last chain
+        self._detours: list[tuple[int, int, int]] = []  # (depth, token, bucket) of its detours
+
+    def rate(self, bucket: int) -> float:
+        prior = ((bucket % 10) + 0.5) / 10
+        return (self.accepted[bucket] + prior * PRIOR_WEIGHT) / (
+            self.proposed[bucket] + PRIOR_WEIGHT
+        )
+
+    def candidates(self, committed: Sequence[int], limit: int) -> list[Candidate]:
+        tail = list(committed[-self.table.max_order :])
+        chain: list[int] = []
+        probs: list[float] = []
+        detours: list[Candidate] = []
+        self._last, self._detours = [], []
+        p = 1.0
+        for depth in range(min(limit, self.max_depth)):
+            guesses = self.table.next_tokens(tail)
+            if not guesses:
+                break
+            if len(guesses) > 1:
+                second, second_bucket = guesses[1][0], 10 + min(int(guesses[1][1] * 10), 9)
+                q = p * self.rate(second_bucket)
+                if q >= MIN_PROBABILITY:
+                    detours.append(
+                        Candidate(tokens=[*chain, second], probs=[*probs, q], source="corpus")
+                    )
+                    self._detours.append((depth, second, second_bucket))
+            token, share = guesses[0]
+            bucket = min(int(share * 10), 9)
+            p *= self.rate(bucket)
+            if p < MIN_PROBABILITY:
+                break
+            chain.append(token)
+            probs.append(p)
+            self._last.append((token, bucket))
+            tail = [*tail[1:], token] if len(tail) >= self.table.max_order else [*tail, token]
+        out = [Candidate(tokens=chain, probs=probs, source="corpus")] if chain else []
+        return out + detours
+
+    def feedback(self, truth: Sequence[int]) -> None:
+        """The model's actual next tokens after the last candidates() call."""
+        matched = 0
+        for (token, bucket), actual in zip(self._last, truth, strict=False):
+            self.proposed[bucket] += 1.0
+            if token != actual:
+                break
+            self.accepted[bucket] += 1.0
+            matched += 1
+        for depth, token, bucket in self._detours:
+            if depth <= matched and depth < len(truth):  # reached: its parent was right
+                self.proposed[bucket] += 1.0
+                self.accepted[bucket] += float(truth[depth] == token)
+        self._last, self._detours = [], []
