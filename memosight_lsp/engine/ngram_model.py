@@ -166,14 +166,20 @@ def find_ngram_table(model: Any) -> NgramTable | None:
     return None
 
 
-class NgramDrafter:
-    """The table's top-1 chain after the committed tokens, plus its second guesses as one-token
-    detours. A share is turned into an acceptance probability by online counts per share decile
-    (first and second guesses apart), starting from the share itself."""
+def _bucket(share: float, second: bool) -> int:
+    return (10 if second else 0) + min(int(share * 10), 9)
 
-    def __init__(self, table: NgramTable, max_depth: int = 12) -> None:
+
+class NgramDrafter:
+    """The table's first guesses after the committed tokens as a chain, and each second guess as
+    a detour that again follows first guesses for a few tokens. A share becomes an acceptance
+    probability through online counts per share decile (first and second guesses apart),
+    starting from the share itself."""
+
+    def __init__(self, table: NgramTable, max_depth: int = 12, detour_depth: int = 3) -> None:
         self.table = table
         self.max_depth = max_depth
+        self.detour_depth = detour_depth
         self.proposed = [0.0] * 20
         self.accepted = [0.0] * 20
         self._last: list[tuple[int, int]] = []  # (token, bucket) of the last chain
@@ -185,36 +191,59 @@ class NgramDrafter:
             self.proposed[bucket] + PRIOR_WEIGHT
         )
 
-    def candidates(self, committed: Sequence[int], limit: int) -> list[Candidate]:
-        tail = list(committed[-self.table.max_order :])
-        chain: list[int] = []
+    def _follow(
+        self, tail: list[int], p: float, steps: int
+    ) -> tuple[list[int], list[float], list[int], list[tuple[int, float]]]:
+        """Up to `steps` first guesses after `tail` while the path stays likely: (tokens,
+        cumulative probabilities, buckets, the second guess at each step or (-1, 0))."""
+        order = self.table.max_order
+        tokens: list[int] = []
         probs: list[float] = []
-        detours: list[Candidate] = []
-        self._last, self._detours = [], []
-        p = 1.0
-        for depth in range(min(limit, self.max_depth)):
+        buckets: list[int] = []
+        seconds: list[tuple[int, float]] = []
+        for _ in range(steps):
             guesses = self.table.next_tokens(tail)
             if not guesses:
                 break
-            if len(guesses) > 1:
-                second, second_bucket = guesses[1][0], 10 + min(int(guesses[1][1] * 10), 9)
-                q = p * self.rate(second_bucket)
-                if q >= MIN_PROBABILITY:
-                    detours.append(
-                        Candidate(tokens=[*chain, second], probs=[*probs, q], source="corpus")
-                    )
-                    self._detours.append((depth, second, second_bucket))
             token, share = guesses[0]
-            bucket = min(int(share * 10), 9)
+            bucket = _bucket(share, second=False)
             p *= self.rate(bucket)
             if p < MIN_PROBABILITY:
                 break
-            chain.append(token)
+            tokens.append(token)
             probs.append(p)
-            self._last.append((token, bucket))
-            tail = [*tail[1:], token] if len(tail) >= self.table.max_order else [*tail, token]
+            buckets.append(bucket)
+            seconds.append(guesses[1] if len(guesses) > 1 else (-1, 0.0))
+            tail = [*tail[1:], token] if len(tail) >= order else [*tail, token]
+        return tokens, probs, buckets, seconds
+
+    def candidates(self, committed: Sequence[int], limit: int) -> list[Candidate]:
+        order = self.table.max_order
+        tail = list(committed[-order:])
+        steps = min(limit, self.max_depth)
+        chain, probs, buckets, seconds = self._follow(tail, 1.0, steps)
+        self._last = list(zip(chain, buckets, strict=True))
+        self._detours = []
         out = [Candidate(tokens=chain, probs=probs, source="corpus")] if chain else []
-        return out + detours
+        for depth, (second, share) in enumerate(seconds):
+            if second < 0:
+                continue
+            bucket = _bucket(share, second=True)
+            q = (probs[depth - 1] if depth else 1.0) * self.rate(bucket)
+            if q < MIN_PROBABILITY:
+                continue
+            self._detours.append((depth, second, bucket))
+            path = [*tail, *chain[:depth], second][-order:]
+            more = min(self.detour_depth, steps - depth - 1)
+            rest, rest_probs, _, _ = self._follow(path, q, more)
+            out.append(
+                Candidate(
+                    tokens=[*chain[:depth], second, *rest],
+                    probs=[*probs[:depth], q, *rest_probs],
+                    source="corpus",
+                )
+            )
+        return out
 
     def feedback(self, truth: Sequence[int]) -> None:
         """The model's actual next tokens after the last candidates() call."""
