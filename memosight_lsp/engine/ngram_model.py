@@ -91,7 +91,9 @@ class NgramTable:
         """(token, share) of the commonest next tokens after the longest known context."""
         keys = self.keys
         for n in range(min(self.max_order, len(tail)), 0, -1):
-            key = context_key(tail[-n:])
+            # A numpy scalar of the array's own type: a Python int makes numpy convert the
+            # whole array for the comparison (~200 us per lookup instead of ~0.5).
+            key = np.uint32(context_key(tail[-n:]))
             i = int(keys.searchsorted(key))
             if i < len(keys) and keys[i] == key:
                 return [
