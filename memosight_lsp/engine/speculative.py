@@ -50,6 +50,7 @@ PREVIOUS_CONTEXT = 24  # prompt tokens kept before the previous suggestion (to f
 SOURCES = ("previous", "prompt", "workspace", "corpus", "heads")
 HEADS_PROBE_CALLS = 64  # passes with heads before judging whether they pay
 HEADS_REPROBE_EVERY = 2048
+CALIBRATION_CONTEXT = (256, 2048)  # cache lengths the pass costs may be timed on
 
 
 class ModelRunner:
@@ -116,10 +117,16 @@ class ModelRunner:
         if total > m:
             cache.crop(m - total)
 
-    def calibrate(self, context: int = 256) -> CostModel:
+    def calibrate(self, context: int) -> CostModel:
         """Time verification passes of 1..32 tokens on a `context`-token cache, each with one
         LM-head row: a walk projects only the rows it reaches (PassLogits), mostly one or two."""
-        vocab = int(self.model.config.vocab_size)
+        config = self.model.config
+        vocab = int(config.vocab_size)
+        positions = getattr(config, "max_position_embeddings", None) or getattr(
+            config, "n_positions", None
+        )
+        if positions:
+            context = max(1, min(context, int(positions) - 40))
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(0, vocab, (context + 40,), generator=generator).tolist()
         cache = new_cache(self.model)
@@ -237,8 +244,6 @@ class SpeculativeDecoder:
             self.ngrams = NgramDrafter(table) if table is not None else None
             self.prefix_cache.clear()
             self.previous.clear()
-            if self.cost_model is None and self._runner.supported:
-                self.cost_model = self._runner.calibrate() if self.calibrate else CostModel()
         return self._runner
 
     def __call__(
@@ -256,7 +261,12 @@ class SpeculativeDecoder:
         runner = self.runner(model)
         if not runner.supported:
             return greedy_generate(model, prompt_ids, rules, allowed_tokens=allowed_tokens)
-        cost = self.cost_model or CostModel()
+        if self.cost_model is None:
+            # Timed on a cache as long as the first prompt (within limits): the longer the
+            # context, the more a pass over many tokens costs next to a one-token pass.
+            context = min(max(len(prompt_ids), CALIBRATION_CONTEXT[0]), CALIBRATION_CONTEXT[1])
+            self.cost_model = runner.calibrate(context) if self.calibrate else CostModel()
+        cost = self.cost_model
         started = time.perf_counter()
         cache, reused = self.prefix_cache.take(buffer_id, model, prompt_ids)
         hidden, logits = runner.prefill(prompt_ids[reused:], cache)
