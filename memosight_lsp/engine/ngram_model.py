@@ -34,6 +34,7 @@ _MASK = (1 << 64) - 1
 _MULT = 0x9E3779B97F4A7C15
 _MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 PRIOR_WEIGHT = 8.0  # pseudo-counts behind each confidence bucket's prior
+SECOND_GUESSES = 30  # first bucket of the second guesses' acceptance counts (see _bucket)
 
 
 def _finish(h: int) -> int:
@@ -168,8 +169,12 @@ def find_ngram_table(model: Any) -> NgramTable | None:
     return None
 
 
-def _bucket(share: float, second: bool) -> int:
-    return (10 if second else 0) + min(int(share * 10), 9)
+def _bucket(share: float, depth: int, second: bool = False) -> int:
+    """Acceptance counts are kept per share decile, for first guesses also per depth (0, 1, 2+):
+    deeper in a chain that was right so far the table is right more often than its share says
+    (held-out code: a share of 0.3 is accepted ~30% of the time first, ~55% from depth 2)."""
+    decile = min(int(share * 10), 9)
+    return SECOND_GUESSES + decile if second else 10 * min(depth, 2) + decile
 
 
 class NgramDrafter:
@@ -182,8 +187,8 @@ class NgramDrafter:
         self.table = table
         self.max_depth = max_depth
         self.detour_depth = detour_depth
-        self.proposed = [0.0] * 20
-        self.accepted = [0.0] * 20
+        self.proposed = [0.0] * (SECOND_GUESSES + 10)
+        self.accepted = [0.0] * (SECOND_GUESSES + 10)
         self._last: list[tuple[int, int]] = []  # (token, bucket) of the last chain
         self._detours: list[tuple[int, int, int]] = []  # (depth, token, bucket) of its detours
 
@@ -194,10 +199,11 @@ class NgramDrafter:
         )
 
     def _follow(
-        self, tail: list[int], p: float, steps: int
+        self, tail: list[int], p: float, steps: int, depth: int = 0
     ) -> tuple[list[int], list[float], list[int], list[tuple[int, float]]]:
-        """Up to `steps` first guesses after `tail` while the path stays likely: (tokens,
-        cumulative probabilities, buckets, the second guess at each step or (-1, 0))."""
+        """Up to `steps` first guesses after `tail` (the first at `depth` in the tree) while the
+        path stays likely: (tokens, cumulative probabilities, buckets, the second guess at each
+        step or (-1, 0))."""
         order = self.table.max_order
         tokens: list[int] = []
         probs: list[float] = []
@@ -208,7 +214,7 @@ class NgramDrafter:
             if not guesses:
                 break
             token, share = guesses[0]
-            bucket = _bucket(share, second=False)
+            bucket = _bucket(share, depth + len(tokens))
             p *= self.rate(bucket)
             if p < MIN_PROBABILITY:
                 break
@@ -230,14 +236,14 @@ class NgramDrafter:
         for depth, (second, share) in enumerate(seconds):
             if second < 0:
                 continue
-            bucket = _bucket(share, second=True)
+            bucket = _bucket(share, depth, second=True)
             q = (probs[depth - 1] if depth else 1.0) * self.rate(bucket)
             if q < MIN_PROBABILITY:
                 continue
             self._detours.append((depth, second, bucket))
             path = [*tail, *chain[:depth], second][-order:]
             more = min(self.detour_depth, steps - depth - 1)
-            rest, rest_probs, _, _ = self._follow(path, q, more)
+            rest, rest_probs, _, _ = self._follow(path, q, more, depth + 1)
             out.append(
                 Candidate(
                     tokens=[*chain[:depth], second, *rest],
