@@ -193,7 +193,7 @@ class _FusedLayer:
             q, k = _rms_norm(qk[:, :heads], self.q_norm), _rms_norm(qk[:, heads:], self.k_norm)
             qk = torch.cat((q, k), dim=1)
         # Rotary for queries and keys at once; sin carries rotate_half's sign (see _hidden).
-        qk = qk * cos + qk.roll(self.head_dim // 2, dims=-1) * sin
+        qk = torch.addcmul(qk * cos, qk.roll(self.head_dim // 2, dims=-1), sin)
         q, k = qk[:, :heads], qk[:, heads:]
         keys, values = cache.update(k, v, self.index)
         attended = F.scaled_dot_product_attention(
@@ -209,7 +209,7 @@ class _FusedLayer:
         x = x + _product(attended, self.o, self.o_bias)
         h = _rms_norm(x, self.post_norm)
         gate, up = _product(h, self.gate, self.gate_bias), _product(h, self.up, self.up_bias)
-        return x + _product(self.act(gate) * up, self.down, self.down_bias)
+        return x + _product(self.act(gate).mul_(up), self.down, self.down_bias)
 
 
 # A transposed copy of an LM head up to this size is kept on CPUs, where hidden @ W^T runs 30-40%
