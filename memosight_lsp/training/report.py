@@ -187,7 +187,8 @@ def render(model_dir: Path, bench: dict) -> str:
         "```",
         "",
         "On a GPU use `--device cuda` (bfloat16 by default). Multi-token heads for a user model",
-        "are trained with `memosight train heads --model PATH` (see docs/speculative.md).",
+        "are trained with `memosight train heads --model PATH`, its n-gram drafting table with",
+        "`memosight train ngrams --model PATH` (see docs/speculative.md).",
         "",
     ]
     return "\n".join(lines)
