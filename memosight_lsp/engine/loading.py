@@ -114,6 +114,12 @@ def load_tokenizer(path: str | os.PathLike | None = None) -> Any:
         raise ModelLoadError(f"cannot load the tokenizer in {folder}: {_one_line(err)}") from err
 
 
+def position_limit(config: Any) -> int | None:
+    """The longest sequence the model's positions cover, when its config says."""
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return int(limit) if limit else None
+
+
 def stop_token_ids(tokenizer: Any, fim: FimFormat | None) -> frozenset[int]:
     """EOS plus the family's end-of-middle tokens, where the vocabulary has them."""
     ids: set[int] = set()

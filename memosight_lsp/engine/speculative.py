@@ -43,6 +43,7 @@ from .greedy import (
 )
 from .heads import find_heads
 from .kv_cache import new_cache
+from .loading import position_limit
 from .ngram_model import NgramDrafter, find_ngram_table
 from .prefix_cache import PrefixCache
 
@@ -120,13 +121,10 @@ class ModelRunner:
     def calibrate(self, context: int) -> CostModel:
         """Time verification passes of 1..32 tokens on a `context`-token cache, each with one
         LM-head row: a walk projects only the rows it reaches (PassLogits), mostly one or two."""
-        config = self.model.config
-        vocab = int(config.vocab_size)
-        positions = getattr(config, "max_position_embeddings", None) or getattr(
-            config, "n_positions", None
-        )
+        vocab = int(self.model.config.vocab_size)
+        positions = position_limit(self.model.config)
         if positions:
-            context = max(1, min(context, int(positions) - 40))
+            context = max(1, min(context, positions - 40))
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(0, vocab, (context + 40,), generator=generator).tolist()
         cache = new_cache(self.model)
@@ -205,8 +203,8 @@ class SpeculativeDecoder:
         # candidates(hidden, limit) -> list[Candidate], or None.
         self.heads_option = heads
         self.heads: Any = None if heads == "auto" else heads
-        # "auto": the n-gram table saved for the model's vocabulary (ngram_model.py), a table,
-        # or None.
+        # "auto": the n-gram table saved for the model (ngram_model.find_ngram_table), an
+        # NgramTable, or None.
         self.ngrams_option = ngrams
         self.ngrams: NgramDrafter | None = None
         self.cost_model = cost_model
@@ -264,8 +262,8 @@ class SpeculativeDecoder:
         if self.cost_model is None:
             # Timed on a cache as long as the first prompt (within limits): the longer the
             # context, the more a pass over many tokens costs next to a one-token pass.
-            context = min(max(len(prompt_ids), CALIBRATION_CONTEXT[0]), CALIBRATION_CONTEXT[1])
-            self.cost_model = runner.calibrate(context) if self.calibrate else CostModel()
+            length = min(max(len(prompt_ids), CALIBRATION_CONTEXT[0]), CALIBRATION_CONTEXT[1])
+            self.cost_model = runner.calibrate(length) if self.calibrate else CostModel()
         cost = self.cost_model
         started = time.perf_counter()
         cache, reused = self.prefix_cache.take(buffer_id, model, prompt_ids)

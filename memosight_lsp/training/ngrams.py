@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from memosight_lsp.engine.fused_trunk import trunk_for
 from memosight_lsp.engine.kv_cache import new_cache
+from memosight_lsp.engine.loading import position_limit
 from memosight_lsp.engine.ngram_model import (
     MAX_ORDER,
     NgramTable,
@@ -44,6 +45,8 @@ DEFAULT_MIN_COUNT = 3
 TOKENIZE_BATCH = 256
 LABEL_WINDOW = 1024  # tokens the model reads at once when labelling
 HEAD_ROWS = 256  # LM-head rows projected at once (a big vocabulary makes [S, V] large)
+HELD_OUT_FILES = 20  # files the report is measured on
+HELD_OUT_MINUTES = 2.0  # at most this long labelling them
 
 
 @dataclass(kw_only=True)
@@ -192,12 +195,14 @@ def count_ngrams(
 @torch.inference_mode()
 def model_labels(model, ids: np.ndarray) -> np.ndarray:
     """The model's greedy choice after every position of ids, read in windows of LABEL_WINDOW
-    tokens through the decoders' own trunk (the last label looks past the file: never counted)."""
+    tokens (fewer if its positions end sooner) through the decoders' own trunk (the last label
+    looks past the file: never counted)."""
     trunk = trunk_for(model)
     device = next(model.parameters()).device
+    size = min(LABEL_WINDOW, position_limit(model.config) or LABEL_WINDOW)
     out = np.empty(len(ids), dtype=np.int64)
-    for start in range(0, len(ids), LABEL_WINDOW):
-        window = torch.as_tensor(ids[start : start + LABEL_WINDOW], device=device)[None]
+    for start in range(0, len(ids), size):
+        window = torch.as_tensor(ids[start : start + size], device=device)[None]
         hidden = trunk(window, new_cache(model))  # [S, H]
         for row in range(0, hidden.shape[0], HEAD_ROWS):
             choice = trunk.logits(hidden[row : row + HEAD_ROWS]).argmax(-1)
@@ -270,11 +275,14 @@ def build_table(
         raise ValueError("no source files found in the given folders")
     random.Random(seed).shuffle(files)  # a time budget then covers a fair sample
     train = [text for rel, text in files if not is_validation(rel, val_fraction)]
-    held_out = [text for rel, text in files if is_validation(rel, val_fraction)][:20]
+    held_out = [text for rel, text in files if is_validation(rel, val_fraction)]
+    held_out = held_out[:HELD_OUT_FILES]
     train_ids = tokenize(train, loaded.tokenizer, "tokenize")
     held_ids = tokenize(held_out, loaded.tokenizer, "held-out")
     if labels == "model":
-        held_ids, held_labels = label_with_model(loaded.model, held_ids, 2.0, "label held-out")
+        held_ids, held_labels = label_with_model(
+            loaded.model, held_ids, HELD_OUT_MINUTES, "label held-out"
+        )
         counted, train_labels = label_with_model(loaded.model, train_ids, minutes, "label")
     else:
         counted, train_labels = train_ids, text_labels(train_ids)

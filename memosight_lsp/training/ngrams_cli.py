@@ -58,8 +58,10 @@ def run_cli(args: argparse.Namespace) -> int:
     from memosight_lsp.engine.loading import ModelLoadError, load_model
 
     data = args.data or [str(Path.cwd())]
-    if args.min_count < 1 or not 1 <= args.max_order <= 8:
-        sys.stderr.write("error: --min-count must be >= 1 and --max-order within 1..8\n")
+    if args.min_count < 1 or not 1 <= args.max_order <= 8 or args.minutes <= 0:
+        sys.stderr.write(
+            "error: --min-count must be >= 1, --max-order within 1..8 and --minutes above 0\n"
+        )
         return 2
     for folder in data:
         if not Path(folder).is_dir():
