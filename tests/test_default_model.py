@@ -12,7 +12,9 @@ from pathlib import Path
 from tiny_models import STDLIB
 
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.engine.heads import find_heads
 from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR, load_model
+from memosight_lsp.engine.ngram_model import find_ngram_table
 
 OFFLINE_ENV = {
     **os.environ,
@@ -42,6 +44,18 @@ def test_loads_with_no_path_and_names_itself():
     # Shipped small: bf16 weights well under the repo's size limit.
     weights = EMBEDDED_MODEL_DIR / "model.safetensors"
     assert weights.stat().st_size < 40 * 1024 * 1024
+
+
+def test_ships_drafters_that_match_it():
+    """Heads and the n-gram table are bound to the model's LM head: retraining the model
+    without them would silently turn both off."""
+    loaded = load_model(None)
+    assert find_heads(loaded.model) is not None
+    table = find_ngram_table(loaded.model)
+    assert table is not None and len(table) > 100_000
+    ids = loaded.tokenizer.encode("class Point:\n    def __init__(self")
+    assert table.next_tokens(ids[-4:])  # common code has a guess
+    assert table.next_tokens([]) == []
 
 
 def held_out_stdlib_file() -> Path:
