@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import time
+
+import pytest
 
 from memosight_lsp.bench import speed
 
@@ -11,7 +14,7 @@ def test_bench_speed_json_and_plot(tiny_model_dir, tmp_path, capsys):
     files = [str(path) for path in speed.default_files()[:4]]
     assert files and not any("/lib/python3" in f and "site-packages" not in f for f in files)
     plot = tmp_path / "speed.png"
-    argv = ["--model", str(tiny_model_dir), "--files", *files, "--samples", "3"]
+    argv = ["--model", str(tiny_model_dir), "--files", *files, "--samples", "3", "--repeats", "2"]
     code = speed.main([*argv, "--max-new-tokens", "12", "--ablate", "--json", "--plot", str(plot)])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
@@ -24,6 +27,20 @@ def test_bench_speed_json_and_plot(tiny_model_dir, tmp_path, capsys):
     assert "samples" in summary["typeThrough"]
     assert summary["timeToFirstTokenFim"]["promptTokens"] > 0
     assert plot.stat().st_size > 1000
+
+
+def test_fastest_keeps_the_quickest_run_and_checks_the_tokens():
+    delays = iter([0.03, 0.0, 0.02])
+
+    def run() -> list[int]:
+        time.sleep(next(delays))
+        return [1, 2]
+
+    value, seconds = speed.fastest(3, run)
+    assert value == [1, 2] and seconds < 0.015
+    outputs = iter([[1], [2]])
+    with pytest.raises(AssertionError, match="different tokens"):
+        speed.fastest(2, lambda: next(outputs))
 
 
 def test_bench_speed_rejects_missing_files(tiny_model_dir, capsys):

@@ -111,8 +111,25 @@ def timed(fn, *args, **kwargs) -> tuple[Any, float]:
     return value, time.perf_counter() - started
 
 
+def fastest(repeats: int, fn, *args, **kwargs) -> tuple[Any, float]:
+    """The result and time of the fastest of `repeats` calls (on a shared machine a neighbour
+    only ever slows a run down); every call must produce the same tokens."""
+    best, best_s = timed(fn, *args, **kwargs)
+    for _ in range(repeats - 1):
+        again, seconds = timed(fn, *args, **kwargs)
+        if getattr(again, "tokens", again) != getattr(best, "tokens", best):
+            raise AssertionError(f"{getattr(fn, '__name__', fn)} gave different tokens")
+        if seconds < best_s:
+            best, best_s = again, seconds
+    return best, best_s
+
+
 def run_samples(
-    loaded: LoadedModel, prompts: list[dict], max_new: int, decoder: SpeculativeDecoder
+    loaded: LoadedModel,
+    prompts: list[dict],
+    max_new: int,
+    decoder: SpeculativeDecoder,
+    repeats: int = 1,
 ) -> list[dict[str, Any]]:
     rules = StopRules(max_new_tokens=max_new, stop_token_ids=loaded.stop_token_ids)
     model = loaded.model
@@ -123,10 +140,10 @@ def run_samples(
     rows = []
     for i, sample in enumerate(prompts):
         ids = sample["ids"]
-        hf, t_hf = timed(hf_generate, loaded, ids, max_new)
-        _, t_hf_first = timed(hf_generate, loaded, ids, 1)  # its prefill + one token
-        plain, t_plain = timed(greedy_generate, model, ids, rules)
-        fast, t_fast = timed(decoder, model, ids, rules)
+        hf, t_hf = fastest(repeats, hf_generate, loaded, ids, max_new)
+        _, t_hf_first = fastest(repeats, hf_generate, loaded, ids, 1)  # prefill + one token
+        plain, t_plain = fastest(repeats, greedy_generate, model, ids, rules)
+        fast, t_fast = fastest(repeats, decoder, model, ids, rules)
         n = len(plain.tokens)
         rows.append(
             {
@@ -408,6 +425,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--budget-tokens", type=int, default=1024, help="prompt context budget")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="time every path this many times per sample and keep the fastest (noisy machines)",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--no-heads", action="store_true", help="draft without the heads")
     parser.add_argument(
@@ -443,7 +466,7 @@ def main(argv: list[str]) -> int:
         "ngrams": None if args.no_ngrams else "auto",
     }
     decoder = SpeculativeDecoder(**drafters)
-    rows = run_samples(loaded, prompts, args.max_new_tokens, decoder)
+    rows = run_samples(loaded, prompts, args.max_new_tokens, decoder, max(1, args.repeats))
     summary = summarize(rows, decoder)
     if args.ablate:
         summary["bySourceAlone"] = ablation(loaded, prompts, rows, args.max_new_tokens, drafters)
