@@ -363,11 +363,16 @@ def fim_edit_ttft(
     }
 
 
-def summarize(rows: list[dict], decoder: SpeculativeDecoder) -> dict[str, Any]:
+def summarize(rows: list[dict]) -> dict[str, Any]:
     def median(key: str) -> float:
         return round(statistics.median(r[key] for r in rows), 3)
 
-    sources = decoder.totals["sources"]
+    # From the rows (the reported run of each sample), not the decoder's totals, which also
+    # count the repeats of --repeats.
+    sources: dict[str, int] = {}
+    for row in rows:
+        for source, count in row["acceptedBySource"].items():
+            sources[source] = sources.get(source, 0) + count
     accepted = sum(sources.values())
     tokens = sum(r["newTokens"] for r in rows)
     return {
@@ -467,7 +472,7 @@ def main(argv: list[str]) -> int:
     }
     decoder = SpeculativeDecoder(**drafters)
     rows = run_samples(loaded, prompts, args.max_new_tokens, decoder, max(1, args.repeats))
-    summary = summarize(rows, decoder)
+    summary = summarize(rows)
     if args.ablate:
         summary["bySourceAlone"] = ablation(loaded, prompts, rows, args.max_new_tokens, drafters)
     summary["typeThrough"] = type_through(
