@@ -32,15 +32,15 @@ def test_bench_speed_json_and_plot(tiny_model_dir, tmp_path, capsys):
 def test_fastest_keeps_the_quickest_run_and_checks_the_tokens():
     delays = iter([0.03, 0.0, 0.02])
 
-    def run() -> list[int]:
+    def slow_then_fast() -> list[int]:
         time.sleep(next(delays))
         return [1, 2]
 
-    value, seconds = speed.fastest(3, run)
-    assert value == [1, 2] and seconds < 0.015
+    best = speed.fastest({"a": slow_then_fast, "b": lambda: [3]}, 3)
+    assert best["a"][0] == [1, 2] and best["a"][1] < 0.015 and best["b"][0] == [3]
     outputs = iter([[1], [2]])
     with pytest.raises(AssertionError, match="different tokens"):
-        speed.fastest(2, lambda: next(outputs))
+        speed.fastest({"c": lambda: next(outputs)}, 2)
 
 
 def test_bench_speed_rejects_missing_files(tiny_model_dir, capsys):

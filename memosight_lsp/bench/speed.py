@@ -22,6 +22,7 @@ import resource
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -111,17 +112,23 @@ def timed(fn, *args, **kwargs) -> tuple[Any, float]:
     return value, time.perf_counter() - started
 
 
-def fastest(repeats: int, fn, *args, **kwargs) -> tuple[Any, float]:
-    """The result and time of the fastest of `repeats` calls (on a shared machine a neighbour
-    only ever slows a run down); every call must produce the same tokens."""
-    best, best_s = timed(fn, *args, **kwargs)
-    for _ in range(repeats - 1):
-        again, seconds = timed(fn, *args, **kwargs)
-        if getattr(again, "tokens", again) != getattr(best, "tokens", best):
-            raise AssertionError(f"{getattr(fn, '__name__', fn)} gave different tokens")
-        if seconds < best_s:
-            best, best_s = again, seconds
-    return best, best_s
+def fastest(runs: dict[str, Any], repeats: int) -> dict[str, tuple[Any, float]]:
+    """name -> (result, seconds) of the fastest of `repeats` calls of each run. The runs take
+    turns, so a neighbour's busy spell slows them alike rather than one of them; each must give
+    the same tokens every time."""
+    best: dict[str, tuple[Any, float]] = {}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            value, seconds = timed(run)
+            if name not in best:
+                best[name] = (value, seconds)
+                continue
+            first = best[name][0]
+            if getattr(value, "tokens", value) != getattr(first, "tokens", first):
+                raise AssertionError(f"{name} gave different tokens on a repeat")
+            if seconds < best[name][1]:
+                best[name] = (value, seconds)
+    return best
 
 
 def run_samples(
@@ -140,10 +147,17 @@ def run_samples(
     rows = []
     for i, sample in enumerate(prompts):
         ids = sample["ids"]
-        hf, t_hf = fastest(repeats, hf_generate, loaded, ids, max_new)
-        _, t_hf_first = fastest(repeats, hf_generate, loaded, ids, 1)  # prefill + one token
-        plain, t_plain = fastest(repeats, greedy_generate, model, ids, rules)
-        fast, t_fast = fastest(repeats, decoder, model, ids, rules)
+        timings = fastest(
+            {
+                "hf": partial(hf_generate, loaded, ids, max_new),
+                "hfFirst": partial(hf_generate, loaded, ids, 1),  # its prefill + one token
+                "greedy": partial(greedy_generate, model, ids, rules),
+                "speculative": partial(decoder, model, ids, rules),
+            },
+            repeats,
+        )
+        (hf, t_hf), (_, t_hf_first) = timings["hf"], timings["hfFirst"]
+        (plain, t_plain), (fast, t_fast) = timings["greedy"], timings["speculative"]
         n = len(plain.tokens)
         rows.append(
             {
@@ -434,7 +448,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--repeats",
         type=int,
         default=1,
-        help="time every path this many times per sample and keep the fastest (noisy machines)",
+        help="time every path this many times per sample, taking turns, and keep the fastest",
     )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--no-heads", action="store_true", help="draft without the heads")
