@@ -1,7 +1,7 @@
 """Decoding speed: transformers generate vs plain greedy vs speculative decoding, same prompts.
 
 memosight bench speed [--model PATH] [--files F ...] [--samples N] [--max-new-tokens N]
-                      [--json] [--plot OUT.png]
+                      [--repeats N] [--json] [--plot OUT.png]
 
 Cursor positions are sampled (seeded) from held-out code that is not training data (by default,
 Python files of third-party packages installed next to memosight: pygls, lsprotocol, tqdm,
@@ -9,7 +9,8 @@ click, attrs, cattrs, jinja2, packaging, pathspec). Prompts are built by the com
 (FIM when the model has it). Each prompt is completed three ways; the JSON has per-sample and
 median tokens/s, speed-ups, whether the outputs are identical, accepted tokens per forward pass,
 which draft source supplied the accepted tokens, time to first token cold vs after a
-one-character edit on a long prompt, and peak memory.
+one-character edit on a long prompt, and peak memory. With --repeats N every path is timed N
+times per sample, the paths taking turns, and the fastest run of each is reported.
 """
 
 from __future__ import annotations
