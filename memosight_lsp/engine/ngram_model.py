@@ -1,7 +1,8 @@
 """A token n-gram model of code: drafts for the passes where the prompt does not repeat itself.
 
 The table holds, for every context of 1..MAX_ORDER tokens seen at least `min_count` times in a
-code corpus (tokenized with the model's tokenizer), its two commonest next tokens and their shares.
+code corpus (tokenized with the model's tokenizer), its two commonest next tokens and their shares;
+by default "next token" means the model's own greedy choice there (training/ngrams.py).
 Drafting backs off from the longest known context, like any n-gram model. Code is mostly syntax
 and idiom (`self.`, `):\\n`, `return None`), which such a table predicts once the model's bonus
 token is known, for the cost of a few binary searches. Verification decides, so a wrong draft only
@@ -180,8 +181,8 @@ def _bucket(share: float, depth: int, second: bool = False) -> int:
 class NgramDrafter:
     """The table's first guesses after the committed tokens as a chain, and each second guess as
     a detour that again follows first guesses for a few tokens. A share becomes an acceptance
-    probability through online counts per share decile (first and second guesses apart),
-    starting from the share itself."""
+    probability through online counts per share decile (first guesses also per depth, second
+    guesses apart; see _bucket), starting from the share itself."""
 
     def __init__(self, table: NgramTable, max_depth: int = 12, detour_depth: int = 3) -> None:
         self.table = table
