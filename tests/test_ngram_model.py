@@ -79,6 +79,13 @@ def test_min_count_and_pruning_shrink_the_table_without_changing_answers():
             assert abs(got[0][1] - want[0][1]) < 0.2 + 0.01
 
 
+def test_large_vocabularies_keep_their_token_ids(tmp_path):
+    table = count_ngrams(seqs([70000, 150000, 70000, 150000]), model_fingerprint="f", min_count=1)
+    assert table.tokens.dtype == np.int32
+    back = NgramTable.load(table.save(tmp_path / "big.npz"))
+    assert back.next_tokens([70000])[0][0] == 150000
+
+
 def test_model_labels_replace_the_text(tmp_path):
     ids = seqs([1, 2, 1, 2, 1, 2])
     labels = [np.asarray([5, 6, 5, 6, 5, -1])]  # what a model said after each position
