@@ -10,22 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from .fit_cli import add_model_data_arguments, data_folders
 from .heads import HeadsTrainingConfig, train_heads
 
 
 def register_cli(parser: argparse.ArgumentParser) -> None:
     defaults = HeadsTrainingConfig(model=None, data=[])
-    parser.add_argument("--model", default=None, help="model folder (default: the embedded one)")
-    parser.add_argument(
-        "--data",
-        nargs="+",
-        default=None,
-        metavar="DIR",
-        help="folders of source code to fit the heads on (default: the current directory)",
-    )
-    parser.add_argument("--out", default=None, help="output folder (default: next to the model)")
+    add_model_data_arguments(parser, "folders of source code to fit the heads on")
     parser.add_argument("--heads", type=int, default=defaults.num_heads, help="number of heads")
     parser.add_argument("--minutes", type=float, default=defaults.minutes, help="time budget")
     parser.add_argument("--gamma", type=float, default=defaults.gamma, help="loss decay per head")
@@ -38,14 +30,12 @@ def register_cli(parser: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    data = args.data or [str(Path.cwd())]
     if args.heads < 1:
         sys.stderr.write("error: --heads must be at least 1\n")
         return 2
-    for folder in data:
-        if not Path(folder).is_dir():
-            sys.stderr.write(f"error: --data folder not found: {folder}\n")
-            return 2
+    data = data_folders(args)
+    if data is None:
+        return 2
     cfg = HeadsTrainingConfig(
         model=args.model,
         data=data,

@@ -17,19 +17,12 @@ from pathlib import Path
 
 from memosight_lsp.engine.ngram_model import MAX_ORDER, NGRAMS_FILE
 
+from .fit_cli import add_model_data_arguments, data_folders
 from .ngrams import DEFAULT_MIN_COUNT, build_table
 
 
 def register_cli(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=None, help="model folder (default: the embedded one)")
-    parser.add_argument(
-        "--data",
-        nargs="+",
-        default=None,
-        metavar="DIR",
-        help="folders of source code to count (default: the current directory)",
-    )
-    parser.add_argument("--out", default=None, help="output folder (default: next to the model)")
+    add_model_data_arguments(parser, "folders of source code to count")
     parser.add_argument(
         "--min-count",
         type=int,
@@ -57,16 +50,14 @@ def run_cli(args: argparse.Namespace) -> int:
     from memosight_lsp.engine.heads import lm_head_fingerprint, output_folder
     from memosight_lsp.engine.loading import ModelLoadError, load_model
 
-    data = args.data or [str(Path.cwd())]
     if args.min_count < 1 or not 1 <= args.max_order <= 8 or args.minutes <= 0:
         sys.stderr.write(
             "error: --min-count must be >= 1, --max-order within 1..8 and --minutes above 0\n"
         )
         return 2
-    for folder in data:
-        if not Path(folder).is_dir():
-            sys.stderr.write(f"error: --data folder not found: {folder}\n")
-            return 2
+    data = data_folders(args)
+    if data is None:
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
