@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
 from test_speculative import prompts_from_files
-from tiny_models import STDLIB
+from tiny_models import model_and_code_to_fit
 
 from memosight_lsp.engine.greedy import StopRules, greedy_generate
 from memosight_lsp.engine.heads import (
@@ -76,12 +75,7 @@ def test_curriculum_adds_heads_over_time():
 
 @pytest.mark.slow
 def test_train_save_resume_and_decode_losslessly(tiny_model_dir, tmp_path):
-    model_dir = tmp_path / "model"
-    shutil.copytree(tiny_model_dir, model_dir)
-    data = tmp_path / "data"
-    data.mkdir()
-    for name in ("textwrap.py", "shlex.py", "glob.py", "fnmatch.py", "string.py", "argparse.py"):
-        shutil.copy(STDLIB / name, data / name)
+    model_dir, data = model_and_code_to_fit(tiny_model_dir, tmp_path)
     cfg = HeadsTrainingConfig(
         model=str(model_dir), data=[str(data)], num_heads=3, minutes=0.1, val_fraction=0.3
     )

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_cli import memosight
 from test_speculative import FLAT_COST, prompts_from_files
-from tiny_models import STDLIB
+from tiny_models import model_and_code_to_fit
 
 from memosight_lsp.engine.greedy import StopRules, greedy_generate
 from memosight_lsp.engine.heads import lm_head_fingerprint
@@ -161,12 +161,7 @@ def test_installed_packages_are_never_counted(tmp_path):
 
 @pytest.mark.slow
 def test_cli_builds_a_table_the_decoder_uses_losslessly(tiny_model_dir, tmp_path):
-    model_dir = tmp_path / "model"
-    shutil.copytree(tiny_model_dir, model_dir)
-    data = tmp_path / "data"
-    data.mkdir()
-    for name in ("textwrap.py", "shlex.py", "glob.py", "fnmatch.py", "string.py", "argparse.py"):
-        shutil.copy(STDLIB / name, data / name)
+    model_dir, data = model_and_code_to_fit(tiny_model_dir, tmp_path)
     run = memosight(
         "train", "ngrams", "--model", str(model_dir), "--data", str(data), "--min-count", "2"
     )

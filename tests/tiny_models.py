@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sysconfig
 from pathlib import Path
 
@@ -81,3 +82,24 @@ def save_tiny_model(folder: Path, arch: str = "llama", seed: int = 0) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+FITTING_SAMPLE_FILES = (
+    "textwrap.py",
+    "shlex.py",
+    "glob.py",
+    "fnmatch.py",
+    "string.py",
+    "argparse.py",
+)
+
+
+def model_and_code_to_fit(tiny_model_dir: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A writable copy of a saved tiny model and a folder of stdlib code to fit drafters on."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model_dir)
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in FITTING_SAMPLE_FILES:
+        shutil.copy(STDLIB / name, data / name)
+    return model_dir, data
