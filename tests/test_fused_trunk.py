@@ -8,6 +8,7 @@ from tiny_models import LLAMA_FAMILY, LLAMA_FAMILY_SHAPE, MODEL_CLASSES
 from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, MistralForCausalLM
 
 from memosight_lsp.engine.fused_trunk import (
+    FEW_ROWS,
     FusedTrunk,
     HFTrunk,
     fused_unsupported_reason,
@@ -40,7 +41,9 @@ def test_fused_trunk_matches_transformers(name):
     reference = build(name).eval()  # same seed, never fused
     fused = trunk_for(model)
     assert isinstance(fused, FusedTrunk)
-    ids = torch.randint(0, SHAPE["vocab_size"], (1, 60), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(
+        0, SHAPE["vocab_size"], (1, 130), generator=torch.Generator().manual_seed(1)
+    )
     ours, theirs = new_cache(model), new_cache(reference)
 
     def same(got: torch.Tensor, want: torch.Tensor) -> None:
@@ -63,6 +66,9 @@ def test_fused_trunk_matches_transformers(name):
         fused(tree, ours, positions=positions, mask=mask),
         hf_hidden(reference, tree, theirs, positions=positions, mask=mask),
     )
+    # More rows than FEW_ROWS (a long prefill) on top of a past.
+    long = ids[:, 50 : 50 + FEW_ROWS + 6]
+    same(fused(long, ours), hf_hidden(reference, long, theirs))
     # The caches agree too, and the model's own forward still works on the fused weights.
     for mine, ref in zip(ours.layers, theirs.layers, strict=True):
         same(mine.keys, ref.keys)
@@ -101,11 +107,13 @@ def test_other_models_use_transformers_forward(model, reason):
     assert hidden.shape == (12, model.config.hidden_size)
 
 
-def test_logits_match_the_models_lm_head():
+@pytest.mark.parametrize("rows", [1, 2, 5, FEW_ROWS, FEW_ROWS + 1, 300])
+def test_logits_match_the_models_lm_head(rows):
+    """Every row count, whichever way _product multiplies it (one row padded, few rows, many)."""
     model = build("llama").eval()
     trunk = trunk_for(model)
-    assert isinstance(trunk, FusedTrunk) and trunk.head_t is not None
-    hidden = torch.randn(5, SHAPE["hidden_size"])
+    assert isinstance(trunk, FusedTrunk) and trunk.plain_head
+    hidden = torch.randn(rows, SHAPE["hidden_size"])
     with torch.inference_mode():
         want = model.get_output_embeddings()(hidden)
     torch.testing.assert_close(trunk.logits(hidden), want, rtol=1e-5, atol=1e-5)

@@ -4,12 +4,12 @@ A decoding step of a small model on a CPU is bound by per-operator overhead and 
 weights, not by arithmetic. transformers' forward builds masks, dispatches ~30 modules a layer and
 makes 7 matrix products a layer; FusedTrunk does the same math for the Llama family (Llama,
 Mistral without a sliding window, Qwen2, Qwen3) with q/k/v fused into one product (gate and up
-stay apart: SiLU over a slice of a fused output ran 2.5x slower in a prefill), weights laid out
-[in, out], RMSNorm as one operator, rotary embeddings for queries and keys at once, a mask built
-only when one is needed and, on a CPU, a transposed copy of a small LM head (embedded model, one
-token on a 900-token cache with its logits: 4.6 -> ~2.0 ms; docs/speculative.md). The model's
-own modules keep working: their weights become views into the fused matrices, so only the LM
-head copy adds memory.
+stay apart: SiLU over a slice of a fused output ran 2.5x slower in a prefill), products over a
+few rows computed the way a CPU runs them fastest (_product), RMSNorm as one operator, rotary
+embeddings for queries and keys at once and a mask built only when one is needed (embedded model,
+one token on a 900-token cache with its logits: 4.6 -> ~2.4 ms; docs/speculative.md). The
+model's own modules keep working: their weights become views into the fused matrices, so nothing
+is copied.
 
 Every decoder that must agree token for token with plain greedy decoding (greedy.py,
 speculative.py) runs through `trunk_for(model)`, so they share exactly the same arithmetic. Other
@@ -120,10 +120,9 @@ class HFTrunk:
 
 
 def _fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One [in, sum(out)] weight (and bias) for linears over the same input, used as x @ W: for a
-    few rows that layout runs ~30% faster on a CPU than nn.Linear's [out, in]. Each module's weight
-    becomes a view into it, so nothing stays copied."""
-    weight = torch.cat([module.weight.detach() for module in linears]).t().contiguous()
+    """One [sum(out), in] weight (and bias) for linears over the same input. Each module's weight
+    becomes a view of its rows, so nothing stays copied."""
+    weight = torch.cat([module.weight.detach() for module in linears]).contiguous()
     bias = None
     if any(module.bias is not None for module in linears):
         bias = torch.cat(
@@ -137,15 +136,32 @@ def _fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     start = 0
     for module in linears:
         end = start + module.out_features
-        module.weight = nn.Parameter(weight[:, start:end].t(), requires_grad=False)
+        module.weight = nn.Parameter(weight[start:end], requires_grad=False)
         if bias is not None and module.bias is not None:
             module.bias = nn.Parameter(bias[start:end], requires_grad=False)
         start = end
     return weight, bias
 
 
+# On a CPU in fp32, MKL multiplies a few rows by a [out, in] weight 1.3-3x faster as W @ x^T (its
+# small-N kernels) than as x @ W^T, and one row runs faster padded to two than through its
+# matrix-vector kernel (embedded model, 2 threads, 900 cached tokens: one-token step 2.9 -> 2.4
+# ms, 8-token tree pass 4.0 -> 3.7 ms; docs/speculative.md). Long inputs (prefills) are as fast
+# either way.
+FEW_ROWS = 64
+
+
 def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    out = x @ weight
+    """x [..., in] @ weight [out, in]^T (+ bias), as nn.Linear computes it."""
+    rows = x.numel() // x.shape[-1]
+    if rows > FEW_ROWS or not weight.is_cpu or weight.dtype != torch.float32:
+        return F.linear(x, weight, bias)
+    flat = x.reshape(rows, x.shape[-1])
+    if rows == 1:
+        flat = torch.cat((flat, flat))
+    # Contiguous again: attention's fast kernel falls back to plain math on transposed inputs.
+    out = torch.mm(weight, flat.t()).t()[:rows].contiguous()
+    out = out.view(*x.shape[:-1], weight.shape[0])
     return out + bias if bias is not None else out
 
 
@@ -212,11 +228,6 @@ class _FusedLayer:
         return x + _product(self.act(gate).mul_(up), self.down, self.down_bias)
 
 
-# A transposed copy of an LM head up to this size is kept on CPUs, where hidden @ W^T runs 30-40%
-# faster than the [V, H] layout for 1-4 rows (embedded model: 0.24 -> 0.14 ms a row).
-HEAD_COPY_MAX_BYTES = 64 * 2**20
-
-
 class FusedTrunk(HFTrunk):
     """The Llama-family trunk with fused products (see the module docstring)."""
 
@@ -229,12 +240,7 @@ class FusedTrunk(HFTrunk):
         self.layers = [
             _FusedLayer(layer, model.config, index) for index, layer in enumerate(base.layers)
         ]
-        weight = self.lm_head.weight
-        small = weight.numel() * weight.element_size() <= HEAD_COPY_MAX_BYTES
-        plain = getattr(self.lm_head, "bias", None) is None and type(self.lm_head) is nn.Linear
-        self.head_t = (
-            weight.detach().t().contiguous() if small and plain and weight.is_cpu else None
-        )
+        self.plain_head = type(self.lm_head) is nn.Linear
 
     def _hidden(
         self,
@@ -267,6 +273,6 @@ class FusedTrunk(HFTrunk):
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.head_t is None:
+        if not self.plain_head:
             return super().logits(hidden)
-        return (hidden @ self.head_t).float()
+        return _product(hidden, self.lm_head.weight, self.lm_head.bias).float()
