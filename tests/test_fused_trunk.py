@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from tiny_models import LLAMA_FAMILY, LLAMA_FAMILY_SHAPE, MODEL_CLASSES
 from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, MistralForCausalLM
 
 from memosight_lsp.engine.fused_trunk import (
-    FEW_ROWS,
     FusedTrunk,
     HFTrunk,
     fused_unsupported_reason,
     trunk_for,
 )
 from memosight_lsp.engine.kv_cache import new_cache
+from memosight_lsp.engine.row_kernels import COPY, FEW_ROWS, LINEAR, TRANSPOSED, RowKernels
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -34,13 +36,16 @@ def hf_hidden(model, ids, cache, positions=None, mask=None):
     return HFTrunk(model)(ids, cache, positions=positions, mask=mask)
 
 
+@pytest.mark.parametrize("way", [LINEAR, TRANSPOSED, COPY])
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen2", "qwen3"])
-def test_fused_trunk_matches_transformers(name):
+def test_fused_trunk_matches_transformers(name, way):
+    """Every way of multiplying a few rows (row_kernels) gives transformers' numbers."""
     model = build(name).eval()
     assert fused_unsupported_reason(model) is None
     reference = build(name).eval()  # same seed, never fused
     fused = trunk_for(model)
     assert isinstance(fused, FusedTrunk)
+    fused.kernels = RowKernels.fixed(way)
     ids = torch.randint(
         0, SHAPE["vocab_size"], (1, 130), generator=torch.Generator().manual_seed(1)
     )
@@ -77,18 +82,78 @@ def test_fused_trunk_matches_transformers(name):
         same(model(ids).logits, reference(ids).logits)
 
 
-def test_fused_weights_are_shared_not_copied():
+def test_fused_weights_are_shared_with_the_model():
     model = build("qwen2").eval()
     before = sum(p.numel() for p in model.parameters())
     trunk = trunk_for(model)
     assert isinstance(trunk, FusedTrunk)
     attention = model.model.layers[0].self_attn
     layer = trunk.layers[0]
-    assert attention.q_proj.weight.data_ptr() == layer.qkv.data_ptr()
-    assert attention.k_proj.bias is not None and layer.qkv_bias is not None
-    assert attention.k_proj.bias.data_ptr() > layer.qkv_bias.data_ptr()
+    assert attention.q_proj.weight.data_ptr() == layer.qkv.weight.data_ptr()
+    assert attention.k_proj.bias is not None and layer.qkv.bias is not None
+    assert attention.k_proj.bias.data_ptr() > layer.qkv.bias.data_ptr()
     assert sum(p.numel() for p in model.parameters()) == before
     assert trunk_for(model) is trunk  # built once per model
+
+
+def test_row_kernels_are_timed_per_thread_count_and_unused_copies_freed():
+    model = build("llama").eval()
+    trunk = trunk_for(model)
+    assert isinstance(trunk, FusedTrunk) and trunk.kernels is None
+    assert all(product.copy is not None for product in trunk._products())
+    ids = torch.randint(0, SHAPE["vocab_size"], (1, 8))
+    trunk(ids, new_cache(model))  # a few rows: the ways are timed now
+    kernels = trunk.kernels
+    assert kernels is not None and kernels.threads == torch.get_num_threads()
+    copies = [product.copy is not None for product in trunk._products()]
+    assert all(copies) == (COPY in kernels.ways) and len(set(copies)) == 1
+    trunk(ids, new_cache(model))
+    assert trunk.kernels is kernels  # timed once per thread count
+    before = torch.get_num_threads()
+    torch.set_num_threads(before + 1)
+    try:
+        trunk(ids, new_cache(model))
+        assert trunk.kernels is not kernels and trunk.kernels.threads == before + 1
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("way", [TRANSPOSED, COPY])
+def test_weights_edited_in_place_after_fusing_are_used(way):
+    """Tests and training edit a model's weights in place: the copies COPY keeps follow."""
+    model = build("llama").eval()
+    reference = build("llama").eval()
+    trunk = trunk_for(model)
+    assert isinstance(trunk, FusedTrunk)
+    trunk.kernels = RowKernels.fixed(way)
+    ids = torch.randint(0, SHAPE["vocab_size"], (1, 6))
+    trunk(ids, new_cache(model))  # copies made and used before the edit
+    with torch.no_grad():
+        for m in (model, reference):
+            m.model.layers[0].self_attn.v_proj.weight.mul_(3.0)
+            m.model.layers[0].mlp.down_proj.weight.add_(0.5)
+            m.get_output_embeddings().weight.mul_(-1.0)
+    hidden = trunk(ids, new_cache(model))
+    want = hf_hidden(reference, ids, new_cache(reference))
+    torch.testing.assert_close(hidden, want, rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        want_logits = reference.get_output_embeddings()(want)
+    torch.testing.assert_close(trunk.logits(hidden), want_logits, rtol=1e-5, atol=1e-5)
+
+
+def test_row_kernels_choose_the_fastest_way_for_each_row_count():
+    """A pass whose TRANSPOSED way is slow over up to 4 rows and COPY slow above 4."""
+    delay = {(True, LINEAR): 0.002, (False, LINEAR): 0.002, (True, TRANSPOSED): 0.004}
+    delay |= {(False, TRANSPOSED): 0.0, (True, COPY): 0.001, (False, COPY): 0.006}
+
+    def run(rows: int, way: int) -> None:
+        time.sleep(delay[rows <= 4, way])
+
+    kernels = RowKernels.timed(run, [LINEAR, TRANSPOSED, COPY], repeats=2)
+    assert kernels.ways[1:5] == (COPY,) * 4
+    assert kernels.ways[5:] == (TRANSPOSED,) * (FEW_ROWS - 4)
+    assert kernels.way(FEW_ROWS + 1) == LINEAR  # prefills
+    assert RowKernels.timed(run, [LINEAR], repeats=1).ways[1:] == (LINEAR,) * FEW_ROWS
 
 
 @pytest.mark.parametrize(
@@ -107,12 +172,14 @@ def test_other_models_use_transformers_forward(model, reason):
     assert hidden.shape == (12, model.config.hidden_size)
 
 
+@pytest.mark.parametrize("way", [LINEAR, TRANSPOSED, COPY])
 @pytest.mark.parametrize("rows", [1, 2, 5, FEW_ROWS, FEW_ROWS + 1, 300])
-def test_logits_match_the_models_lm_head(rows):
-    """Every row count, whichever way _product multiplies it (one row padded, few rows, many)."""
+def test_logits_match_the_models_lm_head(rows, way):
+    """Every row count, each way of multiplying few rows (one row is padded to two for one)."""
     model = build("llama").eval()
     trunk = trunk_for(model)
     assert isinstance(trunk, FusedTrunk) and trunk.plain_head
+    trunk.kernels = RowKernels.fixed(way)
     hidden = torch.randn(rows, SHAPE["hidden_size"])
     with torch.inference_mode():
         want = model.get_output_embeddings()(hidden)

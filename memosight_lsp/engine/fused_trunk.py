@@ -5,11 +5,12 @@ weights, not by arithmetic. transformers' forward builds masks, dispatches ~30 m
 makes 7 matrix products a layer; FusedTrunk does the same math for the Llama family (Llama,
 Mistral without a sliding window, Qwen2, Qwen3) with q/k/v fused into one product (gate and up
 stay apart: SiLU over a slice of a fused output ran 2.5x slower in a prefill), products over a
-few rows computed the way a CPU runs them fastest (_product), RMSNorm as one operator, rotary
-embeddings for queries and keys at once and a mask built only when one is needed (embedded model,
-one token on a 900-token cache with its logits: 4.6 -> ~2.4 ms; docs/speculative.md). The
-model's own modules keep working: their weights become views into the fused matrices, so nothing
-is copied.
+few rows run whichever way this CPU, at this thread count, ran fastest when timed (row_kernels),
+RMSNorm as one operator, rotary embeddings for queries and keys at once and a mask built only
+when one is needed (embedded model, 2 threads, one token on a 900-token cache with its logits:
+4.6 -> ~1.9 ms; docs/speculative.md). The model's own modules keep working: their weights become
+views into the fused matrices; the only copies are row_kernels' transposed ones, kept for small
+models and only while some row count runs fastest with them.
 
 Every decoder that must agree token for token with plain greedy decoding (greedy.py,
 speculative.py) runs through `trunk_for(model)`, so they share exactly the same arithmetic. Other
@@ -19,6 +20,7 @@ models get HFTrunk, transformers' own forward behind the same call.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,7 +29,11 @@ from torch import nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from .kv_cache import cache_for_config
+from .row_kernels import COPY, COPY_MAX_BYTES, FEW_ROWS, LINEAR, TRANSPOSED, Product, RowKernels
+
 FUSED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+TIMING_CONTEXT = 256  # cached tokens under the passes that choose the row kernels
 
 _trunks: weakref.WeakKeyDictionary[Any, HFTrunk | FusedTrunk] = weakref.WeakKeyDictionary()
 
@@ -119,7 +125,7 @@ class HFTrunk:
         return self.lm_head(hidden).float()
 
 
-def _fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _fuse(linears: list[nn.Linear]) -> Product:
     """One [sum(out), in] weight (and bias) for linears over the same input. Each module's weight
     becomes a view of its rows, so nothing stays copied."""
     weight = torch.cat([module.weight.detach() for module in linears]).contiguous()
@@ -140,29 +146,7 @@ def _fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
         if bias is not None and module.bias is not None:
             module.bias = nn.Parameter(bias[start:end], requires_grad=False)
         start = end
-    return weight, bias
-
-
-# On a CPU in fp32, MKL multiplies a few rows by a [out, in] weight 1.3-3x faster as W @ x^T (its
-# small-N kernels) than as x @ W^T, and one row runs faster padded to two than through its
-# matrix-vector kernel (embedded model, 2 threads, 900 cached tokens: one-token step 2.9 -> 2.4
-# ms, 8-token tree pass 4.0 -> 3.7 ms; docs/speculative.md). Long inputs (prefills) are as fast
-# either way.
-FEW_ROWS = 64
-
-
-def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., in] @ weight [out, in]^T (+ bias), as nn.Linear computes it."""
-    rows = x.numel() // x.shape[-1]
-    if rows > FEW_ROWS or not weight.is_cpu or weight.dtype != torch.float32:
-        return F.linear(x, weight, bias)
-    flat = x.reshape(rows, x.shape[-1])
-    if rows == 1:
-        flat = torch.cat((flat, flat))
-    # Contiguous again: attention's fast kernel falls back to plain math on transposed inputs.
-    out = torch.mm(weight, flat.t()).t()[:rows].contiguous()
-    out = out.view(*x.shape[:-1], weight.shape[0])
-    return out + bias if bias is not None else out
+    return Product(weight, bias)
 
 
 def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
@@ -183,11 +167,11 @@ class _FusedLayer:
         self.n_kv_heads = int(getattr(config, "num_key_value_heads", None) or self.n_heads)
         self.head_dim = int(attn.head_dim)
         self.scaling = float(attn.scaling)
-        self.qkv, self.qkv_bias = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
-        self.gate, self.gate_bias = _fuse([mlp.gate_proj])
-        self.up, self.up_bias = _fuse([mlp.up_proj])
-        self.o, self.o_bias = _fuse([attn.o_proj])
-        self.down, self.down_bias = _fuse([mlp.down_proj])
+        self.qkv = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
+        self.gate = _fuse([mlp.gate_proj])
+        self.up = _fuse([mlp.up_proj])
+        self.o = _fuse([attn.o_proj])
+        self.down = _fuse([mlp.down_proj])
         self.act = mlp.act_fn
 
     def __call__(
@@ -198,10 +182,11 @@ class _FusedLayer:
         cache: DynamicCache,
         mask: torch.Tensor | None,
         causal: bool,
+        way: int,
     ) -> torch.Tensor:
         seq = x.shape[1]
         heads, kv_heads = self.n_heads, self.n_kv_heads
-        qkv = _product(_rms_norm(x, self.input_norm), self.qkv, self.qkv_bias)  # [1, S, q + 2 kv]
+        qkv = self.qkv(_rms_norm(x, self.input_norm), way)  # [1, S, q + 2 kv]
         # [1, heads + 2 kv_heads, S, D]: queries, keys and values head by head.
         qkv = qkv.view(1, seq, heads + 2 * kv_heads, self.head_dim).transpose(1, 2)
         qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]
@@ -222,10 +207,9 @@ class _FusedLayer:
             enable_gqa=self.n_kv_heads != self.n_heads,
         )
         attended = attended.transpose(1, 2).reshape(1, seq, heads * self.head_dim)
-        x = x + _product(attended, self.o, self.o_bias)
+        x = x + self.o(attended, way)
         h = _rms_norm(x, self.post_norm)
-        gate, up = _product(h, self.gate, self.gate_bias), _product(h, self.up, self.up_bias)
-        return x + _product(self.act(gate).mul_(up), self.down, self.down_bias)
+        return x + self.down(self.act(self.gate(h, way)).mul_(self.up(h, way)), way)
 
 
 class FusedTrunk(HFTrunk):
@@ -240,7 +224,18 @@ class FusedTrunk(HFTrunk):
         self.layers = [
             _FusedLayer(layer, model.config, index) for index, layer in enumerate(base.layers)
         ]
+        self.model_config = model.config
         self.plain_head = type(self.lm_head) is nn.Linear
+        self.head = Product(self.lm_head.weight, getattr(self.lm_head, "bias", None))
+        # Few-row products may run any way on a CPU in fp32 (row_kernels); elsewhere F.linear.
+        weight = self.lm_head.weight
+        self.timed_kernels = self.plain_head and weight.is_cpu and weight.dtype == torch.float32
+        self.kernels: RowKernels | None = None
+        products = self._products()
+        size = sum(p.weight.numel() * p.weight.element_size() for p in products)
+        if self.timed_kernels and size <= COPY_MAX_BYTES:
+            for product in products:
+                product.make_copy()
 
     def _hidden(
         self,
@@ -248,6 +243,35 @@ class FusedTrunk(HFTrunk):
         cache: DynamicCache,
         positions: torch.Tensor | None,
         mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        way = self._way(input_ids.shape[-1])
+        return self._forward(input_ids, cache, positions, mask, way)
+
+    def _way(self, rows: int) -> int:
+        """How products over `rows` rows run (row_kernels; timed when first needed)."""
+        if not self.timed_kernels or rows > FEW_ROWS:
+            return LINEAR
+        if self.kernels is None or self.kernels.threads != torch.get_num_threads():
+            products = self._products()
+            copies = all(product.copy is not None for product in products)
+            ways = [LINEAR, TRANSPOSED] + ([COPY] if copies else [])
+            self.kernels = RowKernels.timed(self._time_pass(), ways)
+            if COPY not in self.kernels.ways:
+                for product in products:
+                    product.copy = None  # never chosen: free the memory
+        return self.kernels.way(rows)
+
+    def _products(self) -> list[Product]:
+        layers = [(layer.qkv, layer.o, layer.gate, layer.up, layer.down) for layer in self.layers]
+        return [product for group in layers for product in group] + [self.head]
+
+    def _forward(
+        self,
+        input_ids: torch.Tensor,
+        cache: DynamicCache,
+        positions: torch.Tensor | None,
+        mask: torch.Tensor | None,
+        way: int,
     ) -> torch.Tensor:
         seq = input_ids.shape[-1]
         past = cache.get_seq_length()
@@ -268,11 +292,32 @@ class FusedTrunk(HFTrunk):
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
         cos, sin = cos[:, None], sin[:, None]
         for layer in self.layers:
-            x = layer(x, cos, sin, cache, attn_mask, causal)
+            x = layer(x, cos, sin, cache, attn_mask, causal, way)
         return _rms_norm(x, self.norm)[0]
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if not self.plain_head:
             return super().logits(hidden)
-        return _product(hidden, self.lm_head.weight, self.lm_head.bias).float()
+        return self.head(hidden, self._way(hidden.shape[0])).float()
+
+    def _time_pass(self) -> Callable[[int, int], None]:
+        """run(rows, way): a causal pass over `rows` tokens on a cache of TIMING_CONTEXT
+        (fewer where the model has fewer positions) and their logits, rolled back after. Timed
+        as a whole: how fast the LM head runs depends on what the pass left in the CPU's caches
+        (alone, in a loop, a one-row product by the embedded model's head looks 3x faster)."""
+        vocab = int(self.model_config.vocab_size)
+        limit = int(getattr(self.model_config, "max_position_embeddings", 0) or 0)
+        context = TIMING_CONTEXT if not limit else max(0, min(TIMING_CONTEXT, limit - FEW_ROWS))
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, vocab, (1, context + FEW_ROWS), generator=generator)
+        ids = ids.to(self.embed.weight.device)
+        cache = cache_for_config(self.model_config)
+        if context:
+            self._forward(ids[:, :context], cache, None, None, LINEAR)
+
+        def run(rows: int, way: int) -> None:
+            self.head(self._forward(ids[:, context : context + rows], cache, None, None, way), way)
+            cache.crop(-rows)
+
+        return run

@@ -69,7 +69,12 @@ def _grown(view: torch.Tensor, new: torch.Tensor, filled: int, end: int) -> torc
 def new_cache(model: Any) -> DynamicCache:
     """A DynamicCache for the model whose plain full-attention layers grow in place (sliding,
     quantized or other layer types are kept as transformers made them)."""
-    cache = DynamicCache(config=model.config)
+    return cache_for_config(model.config)
+
+
+def cache_for_config(config: Any) -> DynamicCache:
+    """new_cache for a model known by its config."""
+    cache = DynamicCache(config=config)
     cache.layers = [
         GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers
     ]
