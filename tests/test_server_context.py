@@ -84,7 +84,8 @@ async def test_indexing_reports_progress_and_rewrites_a_corrupt_cache(client, wo
     assert len(begin) == 1 and len(end) == 1
     assert "indexed 2 files" in end[0].message
     reports = index_progress(client, "report")
-    assert reports and reports[-1].percentage == 100
+    percentages = [report.percentage for report in reports]
+    assert percentages and percentages == sorted(percentages) and percentages[-1] == 100
     numbers = await stats(client)
     assert numbers["indexes"] == [{"root": str(workspace[0]), "files": 2}]
     cached = msgpack.unpackb(workspace[2].read_bytes(), raw=False)

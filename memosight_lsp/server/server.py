@@ -76,6 +76,7 @@ class MemoSightServer(LanguageServer):
         self.indexes = WorkspaceIndexes(self._index_progress_from_thread)
         self.workspace_roots: list[str] = []  # folders from initialize / didChangeWorkspaceFolders
         self.indexing_started = False  # at `initialized` (or the first didOpen without it)
+        # folder -> its scan's last $/progress message being sent (its result: the token)
         self._index_progress: dict[Path, asyncio.Task] = {}
         self.flow._current_version = self._document_version  # type: ignore[method-assign]
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -151,24 +152,28 @@ class MemoSightServer(LanguageServer):
 
             self._index_progress[root] = asyncio.ensure_future(begin())
             return
-        task = self._index_progress.get(root)
-        if task is None:
+        previous = self._index_progress.pop(root, None)
+        if previous is None:
             return
-        if phase == "end":
-            del self._index_progress[root]
 
-        async def send() -> None:
-            token = await task
+        async def send() -> str | None:
+            # Each message waits for the one before: sent as they come, a report could pass an
+            # earlier one (or the end) while the token is still being created.
+            token = await previous
             if token is None or token not in progress.tokens:
-                return
+                return token
             if phase == "end":
                 progress.end(token, types.WorkDoneProgressEnd(message=message))
             else:
                 progress.report(
                     token, types.WorkDoneProgressReport(message=message, percentage=percent)
                 )
+            return token
 
-        self._background.add(sending := asyncio.ensure_future(send()))
+        sending = asyncio.ensure_future(send())
+        if phase != "end":
+            self._index_progress[root] = sending
+        self._background.add(sending)
         sending.add_done_callback(self._background.discard)
 
     # -- settings ---------------------------------------------------------------------------
