@@ -41,9 +41,18 @@ def test_groups_collapse_into_one_summary():
     def folder_summary(group: str, members: list[Unit]) -> str:
         return f"# {group}/: {len(members)} modules\n"
 
+    # The best module's signatures alone (6 words) fit 6: no need to collapse.
     fitted = fit(units, 6, words, group_summary=folder_summary)
+    assert (
+        fitted.collapsed == {}
+        and fitted.text() == "def f3(x):\nclass Beta:\n    def gamma(self):\n"
+    )
+    for unit in units:
+        unit.level = 0
+    # 5 does not hold them: the folder collapses into its one line.
+    fitted = fit(units, 5, words, group_summary=folder_summary)
     assert fitted.collapsed == {"pkg": "# pkg/: 4 modules\n"}
-    assert fitted.text() == "# pkg/: 4 modules\n" and fitted.tokens <= 6
+    assert fitted.text() == "# pkg/: 4 modules\n" and fitted.tokens <= 5
 
 
 def test_gives_up_cleanly_when_nothing_can_shrink():

@@ -23,8 +23,11 @@ def test_recall_bench_finds_cases_and_scores_them(tmp_path: Path, capsys) -> Non
     ]
     assert context_recall.recalled("# file: pkg/util.py\ndef frobnicate(value): ...\n", cases[0])
     assert not context_recall.recalled("# file: pkg/app.py\ndef frobnicate(v): ...\n", cases[0])
+    assert context_recall.named("# also in pkg/util.py: frobnicate, b\n", cases[0])
+    assert not context_recall.named("frobnicated = frobnicate_all()\n", cases[0])
     assert context_recall.main([str(root), "--budgets", "64", "256"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["cases"] == 1
     assert result["recall"]["ranked"]["256"] == 1.0
     assert result["recall"]["currentFile"]["256"] == 0.0
+    assert result["recall"]["rankedNamesIt"]["256"] == 1.0  # the import line names it

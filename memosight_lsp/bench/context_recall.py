@@ -129,6 +129,12 @@ def recalled(prefix: str, case: Case) -> bool:
     return False
 
 
+def named(text: str, case: Case) -> bool:
+    """The name being called appears anywhere in `text` (as a whole word): even without the
+    definition, the model sees that it exists and how it is spelled."""
+    return re.search(rf"\b{re.escape(case.name)}\b", text) is not None
+
+
 def cut_line(text: str, line: int) -> tuple[str, int]:
     """The file without the case's line, keeping its indentation where the cursor goes."""
     lines = text.split("\n")
@@ -200,8 +206,10 @@ def load_rerank(model: str) -> Rerank:
 
 
 def methods(rerank: object) -> list[str]:
-    """The contexts compared, the model-scored one only with a second-stage ranker."""
-    return ["ranked", "currentFile", "neighbourWindows"] + (["modelScored"] if rerank else [])
+    """The contexts compared, the model-scored one only with a second-stage ranker; then, not a
+    context of its own, how often the ranked context names the callee at all (`named`)."""
+    contexts = ["ranked", "currentFile", "neighbourWindows"] + (["modelScored"] if rerank else [])
+    return [*contexts, "rankedNamesIt"]
 
 
 def run_project(
@@ -243,6 +251,7 @@ def run_project(
                 timings.append((time.perf_counter() - started) * 1000)
             assert packed.prompt_tokens <= budget
             hits["ranked"][budget] += recalled(packed.prefix, case)
+            hits["rankedNamesIt"][budget] += named(packed.prefix + packed.suffix, case)
             hits["currentFile"][budget] += recalled(pack(budget_tokens=budget).prefix, case)
             windows = neighbour_windows(root, case, text, column, budget, count, scored)
             hits["neighbourWindows"][budget] += recalled(windows, case)

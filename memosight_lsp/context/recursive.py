@@ -5,7 +5,8 @@ renderings from most to least detailed (the last is usually "", dropped) and a s
 more useful; e.g. the structural rank, or the model-scored gain passed in as a callable). While
 the total is over budget, the least useful unit that can still shrink steps down one level.
 A group (a file, a folder) that has every member at its last-but-one level or below collapses
-into its own summary rendering, so a whole folder can end as one line. No torch, no tokenizer:
+into its own summary rendering while the total is still over budget, so a whole folder can end
+as one line. No torch, no tokenizer:
 token counting and summarising are callables.
 """
 
@@ -100,7 +101,7 @@ def fit(
         sizes[id(victim)] = count_tokens(victim.text)
         fitted.steps += 1
         group = victim.group
-        if group is not None and group_summary is not None:
+        if group is not None and group_summary is not None and total() > budget:
             members = [u for u in units if u.group == group]
             # Every member is at most a summary: one summary line for the whole group is cheaper.
             if all(u.level >= len(u.levels) - 2 for u in members):
