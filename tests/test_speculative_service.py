@@ -8,6 +8,7 @@ import pytest
 from tiny_models import STDLIB
 
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.engine.fused_trunk import FusedTrunk, trunk_for
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 
@@ -40,6 +41,22 @@ def test_engine_speculative_equals_plain_and_reuses_the_buffer(tiny_model_dir):
             )
             reused += fast.stats.get("reusedPromptTokens", 0)
     assert reused > 0
+
+
+def test_warm_up_times_the_passes_before_the_first_completion(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu")
+    engine = CompletionEngine(loaded)
+    decoder = engine.decoder
+    assert isinstance(decoder, SpeculativeDecoder) and decoder.cost_model is None
+    engine.warm_up()
+    cost = decoder.cost_model
+    assert cost is not None and 0 < cost.cost(1) <= cost.cost(32)
+    trunk = trunk_for(loaded.model)
+    assert isinstance(trunk, FusedTrunk) and trunk.kernels is not None  # timed too
+    text = (STDLIB / "shlex.py").read_text()
+    done = engine.complete(CompletionRequest(text=text, line=120, column=0, mid_word="complete"))
+    assert done.stats["speculative"] and decoder.cost_model is cost  # not timed again
+    CompletionEngine(loaded, speculative=False).warm_up()  # plain greedy: nothing to time
 
 
 def test_settings_can_turn_it_off(tiny_model_dir):

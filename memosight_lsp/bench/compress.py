@@ -42,7 +42,7 @@ from memosight_lsp.engine.kv_compress import (
     kept_fraction,
     unsupported_reason,
 )
-from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
+from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model, position_limit
 from memosight_lsp.engine.prefix_cache import cache_bytes
 
 # Installed third-party packages: evaluation data, never training data (see ENVIRONMENT.md).
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         sys.stderr.write(f"memosight bench compress: {reason}\n")
         return 2
-    context = int(getattr(loaded.model.config, "max_position_embeddings", 4096))
+    context = position_limit(loaded.model.config) or 4096
     high = min(args.max_tokens, context - MAX_NEW_TOKENS - 1)
     low = min(args.min_tokens, high // 2)
     cases = make_cases(loaded, args.samples, low, high, args.seed)

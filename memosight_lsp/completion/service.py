@@ -13,7 +13,7 @@ from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
 from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
-from memosight_lsp.engine.loading import LoadedModel
+from memosight_lsp.engine.loading import LoadedModel, position_limit
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 from memosight_lsp.workspace.files import MAX_FILE_BYTES
 
@@ -118,6 +118,14 @@ class CompletionEngine:
         self._buffer_ids: dict[tuple[str, int], list[int]] = {}
         self._buffer_keys: list[tuple[str, int]] = []
 
+    def warm_up(self, request: CompletionRequest | None = None) -> None:
+        """Do now what the decoder would time on its first completion (pass costs, the trunk's
+        row kernels), for prompts the size of `request`'s budget (default settings if None)."""
+        cost = getattr(self.decoder, "cost", None)
+        if cost is not None:
+            request = request or CompletionRequest(text="", line=0, column=0)
+            cost(self.loaded.model, self.context_budget(request))
+
     @cached_property
     def vocabulary(self) -> VocabularyText:
         return VocabularyText(self.loaded.tokenizer)
@@ -126,7 +134,7 @@ class CompletionEngine:
         return len(self.loaded.tokenizer.encode(text, add_special_tokens=False))
 
     def context_budget(self, request: CompletionRequest) -> int:
-        limit = getattr(self.loaded.model.config, "max_position_embeddings", None) or 2048
+        limit = position_limit(self.loaded.model.config) or 2048
         room = limit - request.max_new_tokens - MARKER_RESERVE
         return max(16, min(request.budget_tokens, room))
 

@@ -72,10 +72,15 @@ class ModelHost:
             log.exception("model load failed")
             self._fail(spec, f"cannot load the model: {type(err).__name__}: {err}".splitlines()[0])
             return
+        engine = CompletionEngine(loaded)
+        try:
+            engine.warm_up()  # timing passes here, not in the first completion (~0.5 s)
+        except Exception:  # a model that loads but cannot run is reported by its completions
+            log.exception("warming up the model failed")
         with self._lock:
             if spec != self._spec:
                 return
-            self.engine = CompletionEngine(loaded)
+            self.engine = engine
             self.model_name = loaded.name
             self.state = "ready"
             self.message = (
