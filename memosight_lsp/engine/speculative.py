@@ -52,7 +52,7 @@ SOURCES = ("previous", "prompt", "workspace", "corpus", "heads")
 HEADS_PROBE_CALLS = 64  # passes with heads before judging whether they pay
 HEADS_REPROBE_EVERY = 2048
 CALIBRATION_CONTEXT = (256, 2048)  # cache lengths the pass costs may be timed on
-# Turns per pass size (fastest kept; ~0.3 s once). With 7, one benchmark run on a shared 2-core VM
+# Turns per pass size (fastest kept). With 7, one benchmark run on a shared 2-core VM
 # timed 8-token passes at 4.0 ms (3.2-3.4 in other runs) and drafted less all run (3.9 tokens per
 # pass, 4.0-4.3 in the others).
 CALIBRATION_REPEATS = 12
@@ -252,10 +252,10 @@ class SpeculativeDecoder:
         return self._runner
 
     def cost(self, model: Any, prompt_tokens: int) -> CostModel:
-        """The pass costs, timed when first needed (~0.3 s with the embedded model; the trunk
-        also times its row kernels then) on a cache as long as the first prompt, within limits:
-        the longer the context, the more a pass over many tokens costs next to a one-token pass.
-        Servers call it once at load (warm_up) so that no completion waits for it."""
+        """The pass costs, timed when first needed (the trunk times its row kernels then too:
+        ~1.3 s in all for the embedded model on 2 cores) on a cache as long as the first prompt,
+        within limits: the longer the context, the more a pass over many tokens costs next to a
+        one-token pass. Servers call it once at load (warm_up) so that no completion waits."""
         if self.cost_model is None:
             runner = self.runner(model)
             length = min(max(prompt_tokens, CALIBRATION_CONTEXT[0]), CALIBRATION_CONTEXT[1])

@@ -74,7 +74,7 @@ class ModelHost:
             return
         engine = CompletionEngine(loaded)
         try:
-            engine.warm_up()  # timing passes here, not in the first completion (~0.5 s)
+            engine.warm_up()  # passes timed here, not in the first completion (~1.3 s)
         except Exception:  # a model that loads but cannot run is reported by its completions
             log.exception("warming up the model failed")
         with self._lock:
