@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .timing import affordable_turns
+
 MAX_NGRAM = 3
 OTHER = 10  # added to the match length of second guesses (their own acceptance counts)
 # Prior per-token acceptance rates before any counts (pseudo-counts of PRIOR_WEIGHT tokens).
@@ -195,11 +197,15 @@ class CostModel:
         sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
         repeats: int = 3,
     ) -> CostModel:
-        """run(q) does one forward over q tokens (and rolls the cache back); keeps the min."""
+        """run(q) does one forward over q tokens (and rolls the cache back); keeps the min. A
+        slow model gets fewer turns than `repeats` (timing.affordable_turns), never none."""
         costs = {q: float("inf") for q in sizes}
+        started = time.perf_counter()
         run(1)  # warm-up
+        first = time.perf_counter() - started
+        turns = max(1, affordable_turns(first, len(sizes), repeats))
         # Sizes interleaved, minimum kept: a busy CPU slows some passes, never speeds one up.
-        for _ in range(repeats):
+        for _ in range(turns):
             for q in sizes:
                 started = time.perf_counter()
                 run(q)

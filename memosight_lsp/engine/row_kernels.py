@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .timing import affordable_turns
+
 LINEAR, TRANSPOSED, COPY = 0, 1, 2
 FEW_ROWS = 64
 TIMED_ROWS = (1, 2, 4, 8, 16, 32, 64)  # each stands for the row counts above the previous one
@@ -86,12 +88,20 @@ class RowKernels:
     def timed(
         cls, run: Callable[[int, int], None], ways: Sequence[int], repeats: int = REPEATS
     ) -> RowKernels:
-        """Time run(rows, way) (one pass over `rows` rows) for each of `ways` and TIMED_ROWS."""
+        """Time run(rows, way) (one pass over `rows` rows) for each of `ways` and TIMED_ROWS.
+        A model too slow for one turn within timing's budget gets LINEAR everywhere (what
+        transformers does)."""
+        started = time.perf_counter()
+        run(1, LINEAR)
+        first = time.perf_counter() - started
+        turns = affordable_turns(first, len(TIMED_ROWS) * len(ways), repeats)
+        if turns == 0:
+            return cls.fixed(LINEAR)
         best: dict[tuple[int, int], float] = {}
         for rows in TIMED_ROWS:
             for way in ways:  # warm-up
                 run(rows, way)
-            for _ in range(repeats):
+            for _ in range(turns):
                 for way in ways:
                     started = time.perf_counter()
                     run(rows, way)
