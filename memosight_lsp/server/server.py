@@ -159,7 +159,11 @@ class MemoSightServer(LanguageServer):
         async def send() -> str | None:
             # Each message waits for the one before: sent as they come, a report could pass an
             # earlier one (or the end) while the token is still being created.
-            token = await previous
+            try:
+                token = await previous
+            except Exception:  # an earlier message failed: drop this scan's progress
+                log.debug("index progress message failed", exc_info=True)
+                return None
             if token is None or token not in progress.tokens:
                 return token
             if phase == "end":
