@@ -6,8 +6,7 @@ more useful; e.g. the structural rank, or the model-scored gain passed in as a c
 the total is over budget, the least useful unit that can still shrink steps down one level.
 A group (a file, a folder) that has every member at its last-but-one level or below collapses
 into its own summary rendering while the total is still over budget, so a whole folder can end
-as one line. No torch, no tokenizer:
-token counting and summarising are callables.
+as one line. No torch, no tokenizer: token counting and summarising are callables.
 """
 
 from __future__ import annotations
