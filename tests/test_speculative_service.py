@@ -8,6 +8,7 @@ import pytest
 from tiny_models import STDLIB
 
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.engine.drafters import CostModel
 from memosight_lsp.engine.fused_trunk import FusedTrunk, trunk_for
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
@@ -57,6 +58,24 @@ def test_warm_up_times_the_passes_before_the_first_completion(tiny_model_dir):
     done = engine.complete(CompletionRequest(text=text, line=120, column=0, mid_word="complete"))
     assert done.stats["speculative"] and decoder.cost_model is cost  # not timed again
     CompletionEngine(loaded, speculative=False).warm_up()  # plain greedy: nothing to time
+
+
+def test_one_shot_engines_time_nothing_and_give_the_same_text(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu")
+    engine = CompletionEngine(loaded, time_passes=False)
+    trunk = trunk_for(loaded.model)
+    assert isinstance(trunk, FusedTrunk)
+    assert all(product.copy is None for product in trunk._products())
+    text = (STDLIB / "shlex.py").read_text()
+    request = dict(text=text, line=120, column=0, mid_word="complete")
+    fast = engine.complete(CompletionRequest(**request))
+    plain = engine.complete(CompletionRequest(**request, plain=True))
+    assert fast.stats["speculative"] and fast.new_tokens > 0
+    assert (fast.raw, fast.stop_reason) == (plain.raw, plain.stop_reason)
+    decoder = engine.decoder
+    assert isinstance(decoder, SpeculativeDecoder) and decoder.cost_model is not None
+    assert decoder.cost_model.costs == CostModel().costs  # the default shape, not timed
+    assert trunk.kernels is None  # few-row products ran F.linear, untimed
 
 
 def test_settings_can_turn_it_off(tiny_model_dir):

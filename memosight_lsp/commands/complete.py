@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"no such folder: {args.root}")
         index = WorkspaceIndex(root, cache_dir=args.cache_dir, use_cache=not args.no_cache)
         scan_with_progress(index)
-    engine = CompletionEngine(loaded)
+    engine = CompletionEngine(loaded, time_passes=False)  # one completion: timing would not pay
     request = CompletionRequest(
         text=text,
         line=args.line,

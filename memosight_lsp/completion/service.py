@@ -12,6 +12,7 @@ from memosight_lsp.context import Rerank, build_context
 from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
+from memosight_lsp.engine.fused_trunk import FusedTrunk, trunk_for
 from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
 from memosight_lsp.engine.loading import LoadedModel, position_limit
 from memosight_lsp.engine.speculative import SpeculativeDecoder
@@ -105,10 +106,18 @@ class CompletionEngine:
         decoder: Decoder | None = None,
         speculative: bool = True,
         compression: compression_policy.Thresholds | None = None,
+        time_passes: bool = True,
     ) -> None:
         self.loaded = loaded
         # Speculative decoding gives the same tokens as greedy, faster; request.plain opts out.
-        self.decoder = decoder or (SpeculativeDecoder() if speculative else greedy_generate)
+        # time_passes=False (one-shot use): no timing on the machine (~1 s with the embedded
+        # model), default pass costs and F.linear products; same tokens.
+        self.decoder = decoder or (
+            SpeculativeDecoder(calibrate=time_passes) if speculative else greedy_generate
+        )
+        trunk = trunk_for(loaded.model)
+        if not time_passes and isinstance(trunk, FusedTrunk):
+            trunk.skip_timing()
         # Policy thresholds; each request's minPromptTokens and kvRatio override theirs.
         self.compression = compression or compression_policy.Thresholds()
         # One compressed decoder per KV mode (each keeps per-buffer caches), rebuilt when the

@@ -247,6 +247,13 @@ class FusedTrunk(HFTrunk):
         way = self._way(input_ids.shape[-1])
         return self._forward(input_ids, cache, positions, mask, way)
 
+    def skip_timing(self) -> None:
+        """Few-row products run F.linear, untimed, and no copies are kept: for one-shot use
+        (`memosight complete`), where timing the ways (~0.5 s) would cost more than it saves."""
+        self.timed_kernels = False
+        for product in self._products():
+            product.copy = None
+
     def _way(self, rows: int) -> int:
         """How products over `rows` rows run (row_kernels; timed when first needed)."""
         if not self.timed_kernels or rows > FEW_ROWS:
