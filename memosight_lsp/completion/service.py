@@ -115,8 +115,7 @@ class CompletionEngine:
         self.decoder = decoder or (
             SpeculativeDecoder(calibrate=time_passes) if speculative else greedy_generate
         )
-        trunk = trunk_for(loaded.model)
-        if not time_passes and isinstance(trunk, FusedTrunk):
+        if not time_passes and isinstance(trunk := trunk_for(loaded.model), FusedTrunk):
             trunk.skip_timing()
         # Policy thresholds; each request's minPromptTokens and kvRatio override theirs.
         self.compression = compression or compression_policy.Thresholds()

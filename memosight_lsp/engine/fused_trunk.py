@@ -251,8 +251,7 @@ class FusedTrunk(HFTrunk):
         """Few-row products run F.linear, untimed, and no copies are kept: for one-shot use
         (`memosight complete`), where timing the ways (~0.5 s) would cost more than it saves."""
         self.timed_kernels = False
-        for product in self._products():
-            product.copy = None
+        self._drop_copies()
 
     def _way(self, rows: int) -> int:
         """How products over `rows` rows run (row_kernels; timed when first needed)."""
@@ -264,13 +263,16 @@ class FusedTrunk(HFTrunk):
             ways = [LINEAR, TRANSPOSED] + ([COPY] if copies else [])
             self.kernels = RowKernels.timed(self._time_pass(), ways)
             if COPY not in self.kernels.ways:
-                for product in products:
-                    product.copy = None  # never chosen: free the memory
+                self._drop_copies()  # never chosen: free the memory
         return self.kernels.way(rows)
 
     def _products(self) -> list[Product]:
         layers = [(layer.qkv, layer.o, layer.gate, layer.up, layer.down) for layer in self.layers]
         return [product for group in layers for product in group] + [self.head]
+
+    def _drop_copies(self) -> None:
+        for product in self._products():
+            product.copy = None
 
     def _forward(
         self,
