@@ -9,7 +9,7 @@ import torch
 from tiny_models import STDLIB
 from transformers import DynamicCache
 
-from memosight_lsp.bench.compress import completed_line, edit_similarity, main, target_nll
+from memosight_lsp.bench.compress import completed_line, edit_similarity, main, target_fit
 from memosight_lsp.engine.compressed_decode import feed
 from memosight_lsp.engine.loading import load_model
 
@@ -39,6 +39,8 @@ def test_bench_runs_and_writes_plots(tiny_model_dir, tmp_path, capsys):
     assert result["needle"]["truncate@4x"]["needleKept"] in (0.0, 1.0)
     assert 0.0 < result["needle"]["snapkv@4x"]["needleKept"] < 1.0
     assert all(row["targetNll"] > 0 for row in result["nextLine"].values() if "targetNll" in row)
+    accuracies = [row.get("targetTokenAccuracy") for row in result["nextLine"].values()]
+    assert all(0.0 <= a <= 1.0 for a in accuracies if a is not None)
     assert {"full@1x", "snapkv@4x", "truncate@4x"} <= {
         name for name, row in result["nextLine"].items() if "targetNll" in row
     }
@@ -51,17 +53,26 @@ def test_bench_reports_a_missing_model(tmp_path, capsys):
     assert "not found" in capsys.readouterr().err
 
 
-def test_target_nll_is_the_teacher_forced_loss_and_keeps_the_cache(tiny_model_dir):
+def test_target_fit_is_the_teacher_forced_loss_and_keeps_the_cache(tiny_model_dir):
     loaded = load_model(tiny_model_dir)
     model = loaded.model
     ids = loaded.tokenizer.encode((STDLIB / "textwrap.py").read_text())[:70]
     prompt, target = ids[:60], ids[60:70]
     cache = DynamicCache(config=model.config)
     logits = feed(model, prompt, cache, 0, last_only=True)[-1]
-    nll = target_nll(model, logits, target, cache, len(prompt))
+    fit = target_fit(model, logits, target, cache, len(prompt))
     assert cache.get_seq_length() == len(prompt)
     with torch.inference_mode():
         every = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
     want = -every[59:69].gather(1, torch.tensor(target)[:, None]).mean()
-    assert nll == pytest.approx(float(want), rel=1e-4)
-    assert target_nll(model, logits, [], cache, len(prompt)) is None
+    assert fit["targetNll"] == pytest.approx(float(want), rel=1e-4)
+    top = every[59:69].argmax(dim=-1)
+    share = float((top == torch.tensor(target)).float().mean())
+    assert fit["targetTokenAccuracy"] == pytest.approx(share)
+    # The model's own top choice scores 1, the token it ranks last 0.
+    best = target_fit(model, logits, [int(logits.argmax())], cache, len(prompt))
+    assert best["targetTokenAccuracy"] == 1.0
+    assert best["targetNll"] == pytest.approx(float(-every[59].max()), rel=1e-4)
+    worst = target_fit(model, logits, [int(logits.argmin())], cache, len(prompt))
+    assert worst["targetTokenAccuracy"] == 0.0
+    assert target_fit(model, logits, [], cache, len(prompt)) == {}

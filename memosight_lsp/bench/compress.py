@@ -11,7 +11,8 @@ context), and the model completes that line greedily. For every ratio r it is co
   - truncate: only the last 1/r of the prompt tokens (the same KV budget)
 and reports next-line exact match, edit similarity, the true line's negative log-likelihood
 under each cache (nats/token, teacher-forced: a quality measure that still moves when a weak
-model's exact match is 0 everywhere), prefill ms, ms per token and KV bytes.
+model's exact match is 0 everywhere) and the share of its tokens that are the model's top
+choice (token-level exact match), prefill ms, ms per token and KV bytes.
 The needle test puts a uniquely named function far above the cursor and ends the prompt at a
 call of it (`x = <first part of the name>`); it reports how often each method keeps the name's
 positions (for snapkv: the share of layer/head slots keeping them) and how often the completed
@@ -136,7 +137,7 @@ def continuation_ids(tokenizer: Any, prompt: str, continuation: str) -> list[int
     return joint[len(prompt_ids) :]
 
 
-def target_nll(
+def target_fit(
     model: Any,
     first_logits: torch.Tensor,
     target_ids: list[int] | None,
@@ -144,19 +145,26 @@ def target_nll(
     position: int,
     *,
     uniform: bool = True,
-) -> float | None:
-    """Mean negative log-likelihood (nats per token) of the true continuation given the cache and
-    the prompt's last logits [V]; the cache is left as it was. Sensitive where exact match of
-    a weak model is 0 everywhere."""
+) -> dict[str, float]:
+    """How well the cache supports the true continuation, teacher forced: its mean negative
+    log-likelihood (`targetNll`, nats per token) and the share of its tokens that are the
+    model's top choice (`targetTokenAccuracy`: token-level exact match). Both move where a weak
+    model's line-level exact match is 0 everywhere. The cache is left as it was; {} without a
+    target."""
     if not target_ids:
-        return None
+        return {}
     rows = [first_logits[None]]
     if len(target_ids) > 1:
         rows.append(feed(model, target_ids[:-1], cache, position, uniform=uniform))
         cache.crop(-(len(target_ids) - 1))
     log_probs = torch.log_softmax(torch.cat(rows).float(), dim=-1)
-    picked = log_probs[torch.arange(len(target_ids)), torch.tensor(target_ids)]
-    return float(-picked.mean())
+    wanted = torch.tensor(target_ids)
+    picked = log_probs[torch.arange(len(target_ids)), wanted]
+    top = log_probs.argmax(dim=-1)
+    return {
+        "targetNll": float(-picked.mean()),
+        "targetTokenAccuracy": float((top == wanted).float().mean()),
+    }
 
 
 def make_needles(loaded: LoadedModel, count: int, low: int, high: int, seed: int) -> list[dict]:
@@ -266,7 +274,7 @@ def run_case(
         t0 = time.perf_counter()
         config = SnapKVConfig(ratio=ratio, window=window, recent=window)
         compressed = compress(model, full, capture, len(prompt), config)
-        nll = target_nll(
+        fit = target_fit(
             model, logits, target_ids, compressed.cache, len(prompt), uniform=compressed.uniform
         )
         gen = Generation(tokens=[], prompt_tokens=len(prompt), forward_passes=1)
@@ -277,7 +285,7 @@ def run_case(
         kv = cache_bytes(compressed.cache)
         out = row("snapkv", ratio, gen, output_line(loaded, gen.tokens, next_line), target, kv)
         out["needleKept"] = kept_fraction(compressed, needle) if needle else None
-        out["targetNll"] = nll
+        out.update(fit)
         rows.append(out)
         del compressed
         # truncate to the same number of positions
@@ -288,17 +296,17 @@ def run_case(
         short_logits = feed(model, prompt[-keep:], short, 0, last_only=True)[-1]
         gen = Generation(tokens=[], prompt_tokens=keep, forward_passes=1)
         gen.prefill_ms = (time.perf_counter() - t0) * 1000
-        nll = target_nll(model, short_logits, target_ids, short, keep)
+        fit = target_fit(model, short_logits, target_ids, short, keep)
         t1 = time.perf_counter()
         decode_greedy(model, short_logits, short, keep, rules, gen)
         gen.decode_ms = (time.perf_counter() - t1) * 1000
         kv = cache_bytes(full) * keep // len(prompt)
         out = row("truncate", ratio, gen, output_line(loaded, gen.tokens, next_line), target, kv)
         out["needleKept"] = float(min(needle) >= len(prompt) - keep) if needle else None
-        out["targetNll"] = nll
+        out.update(fit)
         rows.append(out)
     # Uncompressed last: decoding appends to the full cache the ratios above compressed.
-    full_nll = target_nll(model, logits, target_ids, full, len(prompt))
+    full_fit = target_fit(model, logits, target_ids, full, len(prompt))
     gen = Generation(tokens=[], prompt_tokens=len(prompt), forward_passes=1, prefill_ms=prefill_ms)
     kv = cache_bytes(full)
     t1 = time.perf_counter()
@@ -306,7 +314,7 @@ def run_case(
     gen.decode_ms = (time.perf_counter() - t1) * 1000
     out = row("full", 1, gen, output_line(loaded, gen.tokens, next_line), target, kv)
     out["needleKept"] = 1.0 if needle else None
-    out["targetNll"] = full_nll
+    out.update(full_fit)
     rows.append(out)
     if lossless_ratio:
         # Lossless: drafts on the compressed cache, verified on the full one (same output).
@@ -347,15 +355,16 @@ def plot(summary: dict, needle: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 5, figsize=(21, 4))
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8))
     panels = (
         ("exact", summary, "next-line exact match"),
         ("editSimilarity", summary, "edit similarity"),
         ("targetNll", summary, "true next line: nats/token (lower is better)"),
+        ("targetTokenAccuracy", summary, "true next line: tokens ranked first"),
         ("msPerToken", summary, "ms per generated token"),
         ("needleKept", needle, "needle kept"),
     )
-    for ax, (key, table, title) in zip(axes, panels, strict=True):
+    for ax, (key, table, title) in zip(axes.flat, panels, strict=False):
         for method, style in (("snapkv", "o-"), ("truncate", "s--"), ("lossless-draft", "^:")):
             points = sorted(
                 (v["ratio"], v[key])
@@ -410,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     low = min(args.min_tokens, high // 2)
     cases = make_cases(loaded, args.samples, low, high, args.seed)
     needles = make_needles(loaded, args.needles, low, high, args.seed)
-    keys = ("exact", "editSimilarity", "targetNll", "prefillMs", "msPerToken", "kvBytes")
+    quality = ("exact", "editSimilarity", "targetNll", "targetTokenAccuracy")
+    keys = (*quality, "prefillMs", "msPerToken", "kvBytes")
     rows: list[dict] = []
     needle_rows: list[dict] = []
     for i, case in enumerate(cases, 1):
@@ -423,7 +433,10 @@ def main(argv: list[str] | None = None) -> int:
             needle_rows.append(r)
     sys.stderr.write("\n")
     summary = summarise(rows, (*keys, "identical", "accepted"))
-    needle = summarise(needle_rows, ("needleKept", "spelled", "editSimilarity", "targetNll"))
+    needle = summarise(
+        needle_rows,
+        ("needleKept", "spelled", "editSimilarity", "targetNll", "targetTokenAccuracy"),
+    )
     result: dict[str, Any] = {
         "model": loaded.name,
         "modelContext": context,

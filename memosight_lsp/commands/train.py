@@ -1,11 +1,16 @@
-"""`memosight train base|heads|ngrams`: train the embedded model or its drafters."""
+"""`memosight train base|long-context|heads|ngrams`: train the embedded model or its drafters."""
 
 from __future__ import annotations
 
 import importlib
 
 # what -> module under memosight_lsp.training exposing register_cli(parser) and run_cli(args)
-TRAINERS = {"base": "base_cli", "heads": "heads_cli", "ngrams": "ngrams_cli"}
+TRAINERS = {
+    "base": "base_cli",
+    "long-context": "long_context_cli",
+    "heads": "heads_cli",
+    "ngrams": "ngrams_cli",
+}
 
 
 def register(sub) -> None:

@@ -15,11 +15,18 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerBase,
+)
 
 from memosight_lsp.engine.fim import QWEN
 
@@ -81,6 +88,11 @@ def tokenize_split(
 ) -> np.ndarray:
     rng = random.Random(seed)
     docs = [doc for f in files for doc in make_documents(f.relpath, f.text, QWEN, rng, cfg.fim)]
+    return tokenize_documents(docs, tokenizer)
+
+
+def tokenize_documents(docs: list[str], tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
+    """One uint16 token stream of all documents, in order."""
     ids: list[int] = []
     batch = 512
     for i in tqdm(range(0, len(docs), batch), desc="tokenize", unit="batch"):
@@ -198,9 +210,10 @@ def save_checkpoint(out: Path, model, optimizer, state: TrainState, gen: torch.G
         tmp.rename(ckpt)
 
 
-def load_checkpoint(out: Path, gen: torch.Generator) -> tuple[LlamaForCausalLM, TrainState, dict]:
+def load_checkpoint(out: Path, gen: torch.Generator) -> tuple[Any, TrainState, dict]:
     ckpt = out / "checkpoint"
-    model = LlamaForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+    # Auto: the long-context stage also resumes checkpoints of models that are not Llama.
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
     blob = torch.load(ckpt / "trainer_state.pt", weights_only=False)
     gen.set_state(blob["generator"])
     return model, TrainState(**blob["state"]), blob["optimizer"]
@@ -254,6 +267,24 @@ def train_base(cfg: BaseTrainingConfig) -> Path:
         state = TrainState()
     params = sum(p.numel() for p in model.parameters())
     log.info("model: %.2fM parameters", params / 1e6)
+    run_training(model, optimizer, state, gen, train_data, val_data, cfg, out)
+    final = export_final(out, model, tokenizer, cfg, state)
+    (final / "corpus.json").write_text(json.dumps(stats, indent=1))
+    return final
+
+
+def run_training(
+    model,
+    optimizer: torch.optim.Optimizer,
+    state: TrainState,
+    gen: torch.Generator,
+    train_data: np.ndarray,
+    val_data: np.ndarray,
+    cfg: BaseTrainingConfig,
+    out: Path,
+) -> None:
+    """Random windows until the wall-clock budget is spent: evaluations appended to
+    out/history.jsonl, checkpoints every few minutes and at the end."""
     model.train()
 
     budget_s = cfg.minutes * 60.0
@@ -300,6 +331,3 @@ def train_base(cfg: BaseTrainingConfig) -> Path:
             last_ckpt = time.monotonic()
     bar.close()
     save_checkpoint(out, model, optimizer, state, gen)
-    final = export_final(out, model, tokenizer, cfg, state)
-    (final / "corpus.json").write_text(json.dumps(stats, indent=1))
-    return final
