@@ -89,6 +89,20 @@ def test_select_keeps_sinks_recent_and_the_best():
         assert {0, 1, 96, 97, 98, 99} <= set(row) and best in row
 
 
+def test_recent_share_keeps_the_lines_above_the_cursor(tiny_model_dirs):
+    loaded = load_model(tiny_model_dirs["llama"], device="cpu")
+    ids = prompts(loaded.tokenizer, 1, seed=5, low=300, high=301)[0]
+    budget = round(len(ids) / 4)
+    for share, want in ((0.0, 16), (0.5, round(budget * 0.5))):
+        config = SnapKVConfig(ratio=4.0, window=16, recent=16, min_keep=8, recent_share=share)
+        assert config.recent_for(budget) == want
+        _, _, compressed = prefill_and_compress(loaded.model, ids, config)
+        tail = set(range(len(ids) - want, len(ids)))
+        for layer in compressed.kept:
+            for head in layer.tolist():
+                assert len(head) == budget and tail <= set(head)
+
+
 def test_unsupported_architectures_say_why(tiny_model_dirs):
     gpt2 = load_model(tiny_model_dirs["gpt2"], device="cpu").model
     llama = load_model(tiny_model_dirs["llama"], device="cpu").model

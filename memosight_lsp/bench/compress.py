@@ -22,6 +22,7 @@ line spells the name. Prints JSON; with --out also writes summary.json and plots
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import random
@@ -245,9 +246,13 @@ def row(method: str, ratio: float, gen: Generation, line: str, target: str, kv: 
 
 @torch.inference_mode()
 def run_case(
-    loaded: LoadedModel, case: dict, ratios: list[float], window: int, lossless_ratio: float = 0
+    loaded: LoadedModel,
+    case: dict,
+    ratios: list[float],
+    snapkv: SnapKVConfig,
+    lossless_ratio: float = 0,
 ) -> list[dict]:
-    """Every method at every ratio on one case."""
+    """Every method at every ratio on one case (`snapkv` gives all but the ratio)."""
     model = loaded.model
     prompt = case["prompt_ids"]
     target = case["target"]
@@ -262,7 +267,7 @@ def run_case(
     # compression time to the prefill time it reports.
     started = time.perf_counter()
     full = DynamicCache(config=model.config)
-    with QueryCapture(model, window) as capture:
+    with QueryCapture(model, snapkv.window) as capture:
         logits = feed(model, prompt, full, 0, last_only=True)[-1]
     prefill_ms = (time.perf_counter() - started) * 1000
     needle = case.get("needle_positions")
@@ -272,7 +277,7 @@ def run_case(
             continue
         # snapkv
         t0 = time.perf_counter()
-        config = SnapKVConfig(ratio=ratio, window=window, recent=window)
+        config = dataclasses.replace(snapkv, ratio=ratio)
         compressed = compress(model, full, capture, len(prompt), config)
         fit = target_fit(
             model, logits, target_ids, compressed.cache, len(prompt), uniform=compressed.uniform
@@ -318,7 +323,7 @@ def run_case(
     rows.append(out)
     if lossless_ratio:
         # Lossless: drafts on the compressed cache, verified on the full one (same output).
-        decoder = CompressedDraftDecoder(config=SnapKVConfig(ratio=lossless_ratio, window=window))
+        decoder = CompressedDraftDecoder(config=dataclasses.replace(snapkv, ratio=lossless_ratio))
         draft = decoder(model, prompt, rules)
         line = output_line(loaded, draft.tokens, next_line)
         lossless = row("lossless-draft", lossless_ratio, draft, line, target, cache_bytes(full))
@@ -393,6 +398,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=8192, help="capped by the model")
     parser.add_argument("--window", type=int, default=32, help="SnapKV observation window")
     parser.add_argument(
+        "--recent-share",
+        type=float,
+        default=0.0,
+        help="SnapKV: share of the budget kept as the last prompt tokens (default 0: --window)",
+    )
+    parser.add_argument(
         "--lossless-ratio", type=float, default=4.0, help="also time lossless-draft (0: skip)"
     )
     parser.add_argument("--seed", type=int, default=0)
@@ -417,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     context = position_limit(loaded.model.config) or 4096
     high = min(args.max_tokens, context - MAX_NEW_TOKENS - 1)
     low = min(args.min_tokens, high // 2)
+    if args.window < 1 or not 0.0 <= args.recent_share < 1.0:
+        parser.error("--window must be positive and --recent-share in [0, 1)")
+    snapkv = SnapKVConfig(window=args.window, recent=args.window, recent_share=args.recent_share)
     cases = make_cases(loaded, args.samples, low, high, args.seed)
     needles = make_needles(loaded, args.needles, low, high, args.seed)
     quality = ("exact", "editSimilarity", "targetNll", "targetTokenAccuracy")
@@ -424,11 +438,11 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     needle_rows: list[dict] = []
     for i, case in enumerate(cases, 1):
-        rows += run_case(loaded, case, ratios, args.window, args.lossless_ratio)
+        rows += run_case(loaded, case, ratios, snapkv, args.lossless_ratio)
         sys.stderr.write(f"\rcases {i}/{len(cases)}")
     for i, case in enumerate(needles, 1):
         sys.stderr.write(f"\rneedles {i}/{len(needles)}")
-        for r in run_case(loaded, case, ratios, args.window):
+        for r in run_case(loaded, case, ratios, snapkv):
             r["spelled"] = float(r["output"].startswith(case["target"]))
             needle_rows.append(r)
     sys.stderr.write("\n")

@@ -37,6 +37,9 @@ class SnapKVConfig:
     window: int = 32  # observation window: the last prompt tokens whose attention scores
     sinks: int = 4  # first tokens always kept (attention sinks)
     recent: int = 32  # last prompt tokens always kept (includes the window)
+    # Share of each layer's budget kept as the most recent tokens (at least `recent`): code
+    # completion leans on the lines right above the cursor, which attention alone may skip.
+    recent_share: float = 0.0
     pool_kernel: int = 7  # smoothing of the scores along the sequence (odd)
     min_keep: int = 64  # never keep fewer positions than this
     # Per-layer budgets in positions; overrides `ratio`. Unequal budgets are allowed (decoding on
@@ -50,6 +53,9 @@ class SnapKVConfig:
             wanted = round(length / max(self.ratio, 1.0))
         wanted = max(wanted, self.min_keep, self.sinks + self.recent)
         return min(length, wanted)
+
+    def recent_for(self, budget: int) -> int:
+        return max(self.recent, round(budget * self.recent_share))
 
 
 @dataclass(kw_only=True)
@@ -220,7 +226,7 @@ def compress(
             continue
         attn = model.model.layers[index].self_attn
         scores = position_scores(queries[index], keys, attn.scaling, config.pool_kernel)
-        kept.append(select_positions(scores, budget, config.sinks, config.recent))
+        kept.append(select_positions(scores, budget, config.sinks, config.recent_for(budget)))
     return CompressedKV(
         cache=gather_cache(cache, kept),
         next_position=prompt_length,
