@@ -59,3 +59,22 @@ def test_gives_up_cleanly_when_nothing_can_shrink():
     units = [Unit(key="k", levels=["one two three"], score=1.0)]
     fitted = fit(units, 1, words)
     assert fitted.tokens == 3 and fitted.steps == 0
+
+
+def test_refill_gives_room_a_big_step_freed_back_to_the_best_units():
+    big = "x = 1\n" * 40  # 80 words, no signature: full -> dropped in one step
+
+    def units() -> list[Unit]:
+        return units_for([("small.py", FILE_A), ("big.py", big)], scores=[0.1, 0.9])
+
+    budget = words(FILE_A) + 60
+    plain = units()
+    # small.py, the least useful, goes first (signatures, then dropped); only dropping big.py
+    # fits, which frees far more than was needed.
+    assert fit(plain, budget, words).tokens == 0
+    assert [u.level for u in plain] == [2, 1]
+    refilled = units()
+    fitted = fit(refilled, budget, words, refill=True)
+    # With refill the freed room brings small.py's full text back.
+    assert [u.level for u in refilled] == [0, 1]
+    assert fitted.tokens == words(FILE_A) <= budget

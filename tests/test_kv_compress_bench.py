@@ -31,12 +31,16 @@ def test_bench_runs_and_writes_plots(tiny_model_dir, tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["samples"] == 2 and result["needles"] == 1
     assert set(result["nextLine"]) == {
-        "full@1x", "snapkv@2x", "truncate@2x", "snapkv@4x", "truncate@4x", "lossless-draft@4x"
+        "full@1x", "snapkv@2x", "truncate@2x", "summarize@2x", "snapkv@4x", "truncate@4x",
+        "summarize@4x", "lossless-draft@4x"
     }  # fmt: skip
     assert result["nextLine"]["lossless-draft@4x"]["identical"] == 1.0
     full, small = result["nextLine"]["full@1x"], result["nextLine"]["snapkv@4x"]
     assert small["kvBytes"] < full["kvBytes"] / 2  # min_keep 64 of ~250 positions
     assert result["needle"]["truncate@4x"]["needleKept"] in (0.0, 1.0)
+    assert result["needle"]["summarize@4x"]["needleKept"] in (0.0, 1.0)
+    summarized = result["nextLine"]["summarize@4x"]
+    assert summarized["kvBytes"] <= result["nextLine"]["truncate@4x"]["kvBytes"] * 1.1
     assert 0.0 < result["needle"]["snapkv@4x"]["needleKept"] < 1.0
     assert all(row["targetNll"] > 0 for row in result["nextLine"].values() if "targetNll" in row)
     accuracies = [row.get("targetTokenAccuracy") for row in result["nextLine"].values()]

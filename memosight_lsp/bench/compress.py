@@ -9,6 +9,9 @@ prompt is the file up to the start of a non-trivial line (2k-8k tokens, capped b
 context), and the model completes that line greedily. For every ratio r it is completed:
   - snapkv:   full prefill, then the KV cache compressed to 1/r of the prompt (lossy-snapkv)
   - truncate: only the last 1/r of the prompt tokens (the same KV budget)
+  - summarize: the same budget, half of it the lines right above the cursor and the rest the
+    code above them compressed by top-level block (full -> signatures -> dropped, least
+    relevant first: context/far_prefix.py)
 and reports next-line exact match, edit similarity, the true line's negative log-likelihood
 under each cache (nats/token, teacher-forced: a quality measure that still moves when a weak
 model's exact match is 0 everywhere) and the share of its tokens that are the model's top
@@ -35,6 +38,8 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from memosight_lsp.context.far_prefix import compress_prefix
+from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, decode_greedy, feed
 from memosight_lsp.engine.greedy import Generation, StopRules
 from memosight_lsp.engine.kv_compress import (
@@ -119,6 +124,7 @@ def make_cases(loaded: LoadedModel, count: int, low: int, high: int, seed: int) 
         cases.append(
             {
                 "file": f"{path.parent.name}/{path.name}",
+                "text": prompt,
                 "prompt_ids": prompt_ids,
                 "target": lines[i].strip(),
                 "target_ids": continuation_ids(tokenizer, prompt, "\n" + lines[i].rstrip("\n")),
@@ -194,6 +200,7 @@ def make_needles(loaded: LoadedModel, count: int, low: int, high: int, seed: int
         end = len(tokenizer.encode(head + name, add_special_tokens=True))
         cases.append(
             {
+                "text": prompt,
                 "prompt_ids": prompt_ids,
                 "target": name[len(hint) :] + "(",
                 "target_ids": continuation_ids(tokenizer, prompt, name[len(hint) :] + "("),
@@ -293,23 +300,22 @@ def run_case(
         out.update(fit)
         rows.append(out)
         del compressed
-        # truncate to the same number of positions
+        # truncate to the same number of positions, and summarize the far part into them
         # (the same forward as the other methods, so times compare)
         keep = max(1, round(len(prompt) / ratio))
         t0 = time.perf_counter()
-        short = DynamicCache(config=model.config)
-        short_logits = feed(model, prompt[-keep:], short, 0, last_only=True)[-1]
-        gen = Generation(tokens=[], prompt_tokens=keep, forward_passes=1)
-        gen.prefill_ms = (time.perf_counter() - t0) * 1000
-        fit = target_fit(model, short_logits, target_ids, short, keep)
-        t1 = time.perf_counter()
-        decode_greedy(model, short_logits, short, keep, rules, gen)
-        gen.decode_ms = (time.perf_counter() - t1) * 1000
-        kv = cache_bytes(full) * keep // len(prompt)
-        out = row("truncate", ratio, gen, output_line(loaded, gen.tokens, next_line), target, kv)
+        out = _decode_short("truncate", ratio, prompt[-keep:], loaded, case, rules, t0)
         out["needleKept"] = float(min(needle) >= len(prompt) - keep) if needle else None
-        out.update(fit)
         rows.append(out)
+        text = case.get("text")
+        if text is not None:
+            t0 = time.perf_counter()
+            counter = _counter(loaded.tokenizer)
+            summary = compress_prefix(text, keep, counter)
+            ids = loaded.tokenizer.encode(summary, add_special_tokens=True)
+            out = _decode_short("summarize", ratio, ids, loaded, case, rules, t0)
+            out["needleKept"] = float(f"def {case['name']}(" in summary) if needle else None
+            rows.append(out)
     # Uncompressed last: decoding appends to the full cache the ratios above compressed.
     full_fit = target_fit(model, logits, target_ids, full, len(prompt))
     gen = Generation(tokens=[], prompt_tokens=len(prompt), forward_passes=1, prefill_ms=prefill_ms)
@@ -335,6 +341,45 @@ def run_case(
     return rows
 
 
+def _decode_short(
+    method: str,
+    ratio: float,
+    ids: list[int],
+    loaded: LoadedModel,
+    case: dict,
+    rules: StopRules,
+    started: float,
+) -> dict:
+    """Prefill `ids` (a shortened prompt) on a fresh cache and complete the line; prefill time
+    counts from `started` (so it includes building the shortened prompt)."""
+    model = loaded.model
+    next_line = bool(case.get("next_line"))
+    cache = DynamicCache(config=model.config)
+    logits = feed(model, ids, cache, 0, last_only=True)[-1]
+    gen = Generation(tokens=[], prompt_tokens=len(ids), forward_passes=1)
+    gen.prefill_ms = (time.perf_counter() - started) * 1000
+    fit = target_fit(model, logits, case.get("target_ids"), cache, len(ids))
+    t1 = time.perf_counter()
+    decode_greedy(model, logits, cache, len(ids), rules, gen)
+    gen.decode_ms = (time.perf_counter() - t1) * 1000
+    kv = cache_bytes(cache) * len(ids) // max(cache.get_seq_length(), 1)  # the prompt's share
+    out = row(method, ratio, gen, output_line(loaded, gen.tokens, next_line), case["target"], kv)
+    out.update(fit)
+    return out
+
+
+_counters: dict[int, TokenCounter] = {}
+
+
+def _counter(tokenizer: Any) -> TokenCounter:
+    """One memoising token counter per tokenizer (lines repeat across ratios and cases)."""
+    if id(tokenizer) not in _counters:
+        _counters[id(tokenizer)] = TokenCounter(
+            lambda text: len(tokenizer.encode(text, add_special_tokens=False))
+        )
+    return _counters[id(tokenizer)]
+
+
 def summarise(rows: list[dict], keys: tuple[str, ...]) -> dict:
     groups: dict[str, list[dict]] = {}
     for r in rows:
@@ -354,6 +399,9 @@ def summarise(rows: list[dict], keys: tuple[str, ...]) -> dict:
     return out
 
 
+STYLES = (("snapkv", "o-"), ("truncate", "s--"), ("summarize", "d-."), ("lossless-draft", "^:"))
+
+
 def plot(summary: dict, needle: dict, out: Path) -> None:
     import matplotlib
 
@@ -370,7 +418,13 @@ def plot(summary: dict, needle: dict, out: Path) -> None:
         ("needleKept", needle, "needle kept"),
     )
     for ax, (key, table, title) in zip(axes.flat, panels, strict=False):
-        for method, style in (("snapkv", "o-"), ("truncate", "s--"), ("lossless-draft", "^:")):
+        styles = (
+            ("snapkv", "o-"),
+            ("truncate", "s--"),
+            ("summarize", "d-."),
+            ("lossless-draft", "^:"),
+        )
+        for method, style in styles:
             points = sorted(
                 (v["ratio"], v[key])
                 for name, v in table.items()

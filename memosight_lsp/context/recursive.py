@@ -11,6 +11,7 @@ as one line. No torch, no tokenizer: token counting and summarising are callable
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,10 +25,36 @@ SIGNATURE = re.compile(
 )
 
 
+MAX_HEADER_LINES = 12
+
+
 def signature_summary(text: str) -> str:
-    """The declaration lines of `text` (decorators, def/class/function headers)."""
-    lines = [line for line in text.splitlines() if SIGNATURE.match(line)]
-    return "\n".join(lines) + ("\n" if lines else "")
+    """The declaration lines of `text` (decorators, def/class/function headers); a header whose
+    brackets span several lines (one argument per line) is kept whole. Lines inside triple-quoted
+    strings (docstrings quoting code) are not declarations."""
+    lines = text.splitlines()
+    kept: list[str] = []
+    in_string = False
+    i = 0
+    while i < len(lines):
+        quotes = lines[i].count('"""') + lines[i].count("'''")
+        if in_string or not SIGNATURE.match(lines[i]):
+            in_string ^= quotes % 2 == 1
+            i += 1
+            continue
+        depth = _bracket_depth(lines[i])
+        header_start = len(kept)
+        kept.append(lines[i])
+        i += 1
+        while depth > 0 and i < len(lines) and len(kept) - header_start < MAX_HEADER_LINES:
+            depth += _bracket_depth(lines[i])
+            kept.append(lines[i])
+            i += 1
+    return "\n".join(kept) + ("\n" if kept else "")
+
+
+def _bracket_depth(line: str) -> int:
+    return sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
 
 
 @dataclass(kw_only=True)
@@ -80,35 +107,48 @@ def fit(
     count_tokens: CountTokens,
     *,
     group_summary: Callable[[str, list[Unit]], str] | None = None,
+    refill: bool = False,
 ) -> Fitted:
-    """Step the least useful units down until the total fits `budget` (or nothing can shrink)."""
+    """Step the least useful units down until the total fits `budget` (or nothing can shrink).
+    With `refill`, room left over once it fits goes back to the most useful units (one level
+    up at a time), since a big unit's last step can free far more than was needed."""
     fitted = Fitted(units=units)
     sizes = {id(u): count_tokens(u.text) for u in units}
-    collapsed_sizes: dict[str, int] = {}
-
-    def total() -> int:
-        live = sum(sizes[id(u)] for u in units if u.group not in fitted.collapsed)
-        return live + sum(collapsed_sizes.values())
-
-    current = total()
-    while current > budget:
-        shrinkable = [u for u in units if not u.last and u.group not in fitted.collapsed]
-        if not shrinkable:
-            break
-        victim = min(shrinkable, key=lambda u: (u.score, -sizes[id(u)], u.key))
+    current = sum(sizes.values())
+    # The next victim is the least useful unit, the biggest among equals: a heap of
+    # (score, -size, key) entries; an entry whose unit has moved on since it was pushed is stale.
+    heap = [(u.score, -sizes[id(u)], u.key, u.level, i) for i, u in enumerate(units) if not u.last]
+    heapq.heapify(heap)
+    while current > budget and heap:
+        _, _, _, level, i = heapq.heappop(heap)
+        victim = units[i]
+        if level != victim.level or victim.group in fitted.collapsed:
+            continue
         victim.level += 1
-        sizes[id(victim)] = count_tokens(victim.text)
+        old, sizes[id(victim)] = sizes[id(victim)], count_tokens(victim.text)
+        current += sizes[id(victim)] - old
         fitted.steps += 1
+        if not victim.last:
+            heapq.heappush(heap, (victim.score, -sizes[id(victim)], victim.key, victim.level, i))
         group = victim.group
-        if group is not None and group_summary is not None and total() > budget:
+        if group is not None and group_summary is not None and current > budget:
             members = [u for u in units if u.group == group]
             # Every member is at most a summary: one summary line for the whole group is cheaper.
             if all(u.level >= len(u.levels) - 2 for u in members):
                 summary = group_summary(group, members)
                 size = count_tokens(summary)
-                if size < sum(sizes[id(u)] for u in members):
+                live = sum(sizes[id(u)] for u in members)
+                if size < live:
                     fitted.collapsed[group] = summary
-                    collapsed_sizes[group] = size
-        current = total()
+                    current += size - live
+    if refill and current <= budget:
+        for unit in sorted(units, key=lambda u: (-u.score, u.key)):
+            while unit.level > 0 and unit.group not in fitted.collapsed:
+                size = count_tokens(unit.levels[unit.level - 1])
+                if current + size - sizes[id(unit)] > budget:
+                    break
+                current += size - sizes[id(unit)]
+                sizes[id(unit)] = size
+                unit.level -= 1
     fitted.tokens = current
     return fitted

@@ -1,0 +1,122 @@
+"""The part of a long file far above the cursor, compressed instead of cut off.
+
+Cutting a long prefix to the budget keeps the lines nearest the cursor and loses everything above
+them: the imports, the helpers defined at the top, the class whose method is being written. Here
+that far part is split into top-level blocks (a function, a class, a run of imports or
+assignments); each block can step down from its full text to its signature summary (decorators,
+`def` / `class` headers, a class keeping its methods' headers) and then to nothing, the least
+relevant block first (`recursive.fit`), until the far part fits its share of the budget. A block
+is relevant when it defines a name used in the lines near the cursor, then by shared identifiers,
+then by closeness.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .lexical import identifiers, jaccard
+from .recursive import Unit, fit, signature_summary
+from .tokens import TokenCounter
+
+# A block that defines a name used near the cursor outranks any lexical overlap.
+DEFINES_USED_NAME = 2.0
+CLOSENESS_WEIGHT = 0.1
+NEAR_SHARE = 0.5  # of the budget kept verbatim right above the cursor
+MAX_SIMPLE_RUN = 24  # one-line statements (imports, constants) grouped into blocks of this size
+
+# Names a line defines: a def or class at any depth (a method used as self.name counts), or an
+# unindented assignment.
+_DEFINED = re.compile(r"^\s*(?:async\s+def|def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*[:=]")
+# Unindented lines that continue the statement above: closing brackets, else/elif/except/finally.
+_CONTINUATION = re.compile(r"^([)\]}]|(else|elif|except|finally)\b)")
+
+
+def top_level_blocks(lines: list[str]) -> list[tuple[int, int]]:
+    """[start, end) line spans covering `lines`: a block starts at an unindented code line
+    (decorators stay with what they decorate); runs of one-line statements group together."""
+    starts = []
+    for i, line in enumerate(lines):
+        if not line or line[0].isspace() or _CONTINUATION.match(line):
+            continue
+        if i > 0 and lines[i - 1].startswith("@"):
+            continue  # decorated definition: the block began at its first decorator
+        starts.append(i)
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    merged: list[tuple[int, int]] = []
+    run_open = False  # the last block is a run of one-line statements that may grow
+    for start, end in zip(starts, [*starts[1:], len(lines)], strict=True):
+        simple = _simple(lines, start, end)
+        if run_open and simple and end - merged[-1][0] <= MAX_SIMPLE_RUN:
+            merged[-1] = (merged[-1][0], end)
+            continue
+        merged.append((start, end))
+        run_open = simple
+    return merged
+
+
+def _simple(lines: list[str], start: int, end: int) -> bool:
+    """A block of one statement line (plus blank lines): an import, a constant."""
+    return sum(1 for line in lines[start:end] if line.strip()) <= 1
+
+
+def summarize_above(
+    lines: list[str], end: int, near: str, budget: int, counter: TokenCounter
+) -> str:
+    """lines[:end] compressed to at most `budget` tokens (as counted piece by piece), relevance
+    judged against `near`, the text kept verbatim below them. Returns "" if nothing fits."""
+    if end <= 0 or budget <= 0:
+        return ""
+    near_words = set(identifiers(near))
+    units = []
+    for start, stop in top_level_blocks(lines[:end]):
+        text = "".join(line + "\n" for line in lines[start:stop])
+        summary = signature_summary(text)
+        levels = [text, summary, ""] if summary and summary != text else [text, ""]
+        defined = {name for line in lines[start:stop] for name in _defined(line)}
+        score = jaccard(set(identifiers(text)), near_words) + CLOSENESS_WEIGHT * stop / end
+        if defined & near_words:
+            score += DEFINES_USED_NAME
+        units.append(Unit(key=f"{start:08d}", levels=levels, score=score))
+    fitted = fit(units, budget, counter.piece, refill=True)
+    if fitted.tokens > budget:
+        return ""
+    return fitted.text()
+
+
+def _defined(line: str) -> list[str]:
+    match = _DEFINED.match(line)
+    return [name for name in match.groups() if name] if match else []
+
+
+def compress_prefix(
+    text: str, budget: int, counter: TokenCounter, near_share: float = NEAR_SHARE
+) -> str:
+    """`text` (everything before the cursor) in at most `budget` tokens: whole when it fits;
+    otherwise the lines nearest the cursor fill `near_share` of the budget and the lines above
+    them are summarized into the rest."""
+    if counter(text) <= budget:
+        return text
+    lines = text.split("\n")
+    start = len(lines) - 1
+    used = counter.piece(lines[start])
+    while start > 0:
+        cost = counter.piece(lines[start - 1] + "\n")
+        if used + cost > budget * near_share:
+            break
+        used += cost
+        start -= 1
+    near = "\n".join(lines[start:])
+    far_budget = budget - used
+    # Pieces are counted apart; the joined text can count a little differently, so shrink
+    # the far part by what the whole is over until it fits.
+    for _ in range(4):
+        prompt = summarize_above(lines, start, near, far_budget, counter) + near
+        over = counter(prompt) - budget
+        if over <= 0:
+            return prompt
+        far_budget -= max(over, 1)
+    while start < len(lines) - 1 and counter(near) > budget:
+        start += 1
+        near = "\n".join(lines[start:])
+    return near
