@@ -94,3 +94,23 @@ def test_compress_prefix_fits_the_budget_and_keeps_the_lines_above_the_cursor():
         # Truncation to the same budget loses the definition; the summary keeps its header.
         assert "def parse_ledger(path, strict=True):" in out
         assert counter(out) >= budget * 0.8  # the room is used, not wasted
+
+
+def test_packer_without_an_index_compresses_the_far_part_instead_of_cutting_it():
+    from memosight_lsp.context import build_context
+
+    filler = "".join(f"def step_{i}(value):\n    return value + {i}\n\n\n" for i in range(80))
+    text = FILE + "\n\n" + filler + "def main(path):\n    rows = parse_ledger(path)\n    \n"
+    line = text.count("\n") - 1
+    args = dict(text=text, path=None, line=line, column=4, language_id=None, count_tokens=words)
+    packed = build_context(budget_tokens=120, **args)
+    assert words(packed.prefix) + words(packed.suffix) <= 120
+    assert packed.prefix.endswith("def main(path):\n    rows = parse_ledger(path)\n    ")
+    assert "def parse_ledger(path, strict=True):" in packed.prefix
+    far = [s for s in packed.snippets if s.kind == "far"]
+    assert len(far) == 1 and far[0].text in packed.prefix and far[0].start_line == 0
+    # A file that fits is left whole: nothing compressed.
+    whole = build_context(budget_tokens=10_000, **args)
+    assert whole.prefix == text[: len(whole.prefix)] and "far" not in {
+        s.kind for s in whole.snippets
+    }

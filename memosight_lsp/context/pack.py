@@ -3,7 +3,9 @@
 Budget policy (B = budget_tokens, all counted with the caller's `count_tokens`):
 - The suffix (code after the cursor) gets up to B/8 with a workspace index, B/4 without.
 - The current file's prefix (lines right above the cursor) gets at least 1/4 of B with an index,
-  everything left over without one. Lines nearest the cursor are kept first.
+  everything left over without one. Lines nearest the cursor are kept first. Without an index,
+  a file longer than that keeps its nearest lines in half of the room and the code above them
+  compressed into the rest (far_prefix.py: top-level blocks -> signatures -> dropped).
 - When that window does not reach the top of the enclosing function/class, their heads (header +
   docstring) are kept above it, so a long function keeps its head and the lines near the cursor.
 - Ranked snippets share the rest (chosen by select.py), coverage first: every candidate that
@@ -11,8 +13,9 @@ Budget policy (B = budget_tokens, all counted with the caller's `count_tokens`):
   constructor's header, then stubs get their docstring (types: their members' headers), then
   the best ones their full text while room remains (one full snippet may take at most half of
   that share). Unused room flows back to the current file's prefix.
-- The final prompt is counted whole and trimmed (lowest-scored snippet first, then the farthest
-  prefix lines, then the suffix's last lines) until it fits: the budget is never exceeded.
+- The final prompt is counted whole and trimmed (lowest-scored snippet first, then the
+  compressed far part, then the farthest prefix lines, then the suffix's last lines) until it
+  fits: the budget is never exceeded.
 
 Layout (prefix): cross-file snippets grouped per file under a path marker comment, files in path
 order with open/recently edited files last (the chunks least likely to change come first, so an
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 
 from memosight_lsp.workspace import LanguageSpec, WorkspaceIndex, language_for
 
+from .far_prefix import NEAR_SHARE, summarize_above
 from .rank import Ranker
 from .render import join_lines, render_head
 from .select import Piece, Selector, model_order, overlaps, path_marker
@@ -52,6 +56,7 @@ class _Layout:
     cross: list[Piece] = field(default_factory=list)  # other files' snippets
     local: list[Piece] = field(default_factory=list)  # same-file snippets and enclosing heads
     window_start: int = 0  # first line of the prefix window
+    far_text: str = ""  # the lines above the window, compressed (far_prefix), without an index
     prefix_text: str = ""
     suffix_text: str = ""
     suffix_end: int = 0
@@ -76,6 +81,7 @@ class _Layout:
             parts.extend(p.text for p in pieces)
         parts.append(self.marker)
         parts.extend(p.text for p in sorted(self.local, key=lambda p: p.start_line))
+        parts.append(self.far_text)
         parts.append(self.prefix_text)
         return "".join(parts)
 
@@ -83,6 +89,19 @@ class _Layout:
         ordered = [piece for _, pieces in self.cross_by_file() for piece in pieces]
         ordered.extend(sorted(self.local, key=lambda p: p.start_line))
         out = [_snippet(p) for p in ordered]
+        if self.far_text:
+            out.append(
+                Snippet(
+                    path=self.current,
+                    start_line=0,
+                    end_line=self.window_start,
+                    symbol=None,
+                    kind="far",
+                    tokens=counter(self.far_text),
+                    score=1.0,
+                    text=self.far_text,
+                )
+            )
         if self.prefix_text:
             out.append(
                 Snippet(
@@ -247,7 +266,13 @@ def _plain(layout: _Layout, budget: int, counter: TokenCounter) -> None:
         lines, line, column, int(budget * SUFFIX_SHARE_PLAIN), counter
     )
     room = budget - suffix_used - counter.piece(layout.marker)
-    layout.window_start, layout.prefix_text, _ = _prefix_window(lines, line, column, room, counter)
+    start, text, used = _prefix_window(lines, line, column, room, counter)
+    if start > 0:
+        # The file does not fit: the lines nearest the cursor take part of the room and the code
+        # above them is compressed into the rest instead of cut off.
+        start, text, used = _prefix_window(lines, line, column, int(room * NEAR_SHARE), counter)
+        layout.far_text = summarize_above(lines, start, text, room - used, counter)
+    layout.window_start, layout.prefix_text = start, text
 
 
 def _ranked(
@@ -336,6 +361,12 @@ def _fit(layout: _Layout, budget: int, counter: TokenCounter) -> tuple[str, int]
         if removable:
             worst = min(removable, key=lambda p: (p.score, p.path, -p.start_line))
             (layout.cross if worst in layout.cross else layout.local).remove(worst)
+            continue
+        if layout.far_text:
+            room = counter(layout.far_text) - over
+            layout.far_text = summarize_above(
+                layout.lines, layout.window_start, layout.prefix_text, room, counter
+            )
             continue
         if layout.window_start < layout.line:
             drop = max(1, min(layout.line - layout.window_start, over // 8))
