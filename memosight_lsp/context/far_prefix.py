@@ -13,6 +13,8 @@ then by closeness.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
+from dataclasses import dataclass
 
 from .lexical import identifiers, jaccard
 from .recursive import Unit, fit, signature_summary
@@ -22,7 +24,8 @@ from .tokens import TokenCounter
 DEFINES_USED_NAME = 2.0
 CLOSENESS_WEIGHT = 0.1
 NEAR_SHARE = 0.5  # of the budget kept verbatim right above the cursor
-MAX_SIMPLE_RUN = 24  # one-line statements (imports, constants) grouped into blocks of this size
+MAX_SIMPLE_RUN = 24
+MEMO_BLOCKS = 4096  # one-line statements (imports, constants) grouped into blocks of this size
 
 # Names a line defines: a def or class at any depth (a method used as self.name counts), or an
 # unindented assignment.
@@ -71,17 +74,42 @@ def summarize_above(
     units = []
     for start, stop in top_level_blocks(lines[:end]):
         text = "".join(line + "\n" for line in lines[start:stop])
-        summary = signature_summary(text)
-        levels = [text, summary, ""] if summary and summary != text else [text, ""]
-        defined = {name for line in lines[start:stop] for name in _defined(line)}
-        score = jaccard(set(identifiers(text)), near_words) + CLOSENESS_WEIGHT * stop / end
-        if defined & near_words:
+        facts = _facts(text)
+        score = jaccard(facts.words, near_words) + CLOSENESS_WEIGHT * stop / end
+        if facts.defined & near_words:
             score += DEFINES_USED_NAME
-        units.append(Unit(key=f"{start:08d}", levels=levels, score=score))
+        units.append(Unit(key=f"{start:08d}", levels=facts.levels, score=score))
     fitted = fit(units, budget, counter.piece, refill=True)
     if fitted.tokens > budget:
         return ""
     return fitted.text()
+
+
+@dataclass(frozen=True, slots=True)
+class _BlockFacts:
+    levels: tuple[str, ...]  # full text, signature summary (when it differs), ""
+    words: frozenset[str]
+    defined: frozenset[str]
+
+
+_facts_memo: OrderedDict[str, _BlockFacts] = OrderedDict()
+
+
+def _facts(text: str) -> _BlockFacts:
+    """What scoring and fitting need from a block, memoised: blocks far above the cursor stay
+    the same from one keystroke to the next."""
+    hit = _facts_memo.get(text)
+    if hit is not None:
+        _facts_memo.move_to_end(text)
+        return hit
+    summary = signature_summary(text)
+    levels = (text, summary, "") if summary and summary != text else (text, "")
+    defined = frozenset(name for line in text.splitlines() for name in _defined(line))
+    facts = _BlockFacts(levels=levels, words=frozenset(identifiers(text)), defined=defined)
+    _facts_memo[text] = facts
+    if len(_facts_memo) > MEMO_BLOCKS:
+        _facts_memo.popitem(last=False)
+    return facts
 
 
 def _defined(line: str) -> list[str]:
