@@ -12,6 +12,7 @@ then by closeness.
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ from .tokens import TokenCounter
 DEFINES_USED_NAME = 2.0
 CLOSENESS_WEIGHT = 0.1
 NEAR_SHARE = 0.5  # of the budget kept verbatim right above the cursor
-MAX_SIMPLE_RUN = 24
-MEMO_BLOCKS = 4096  # one-line statements (imports, constants) grouped into blocks of this size
+MAX_SIMPLE_RUN = 24  # one-line statements (imports, constants) grouped into blocks of this size
+MEMO_BLOCKS = 4096  # blocks whose summary and identifiers are remembered
 
 # Names a line defines: a def or class at any depth (a method used as self.name counts), or an
 # unindented assignment.
@@ -114,7 +115,9 @@ def _facts(text: str) -> _BlockFacts:
 
 def _defined(line: str) -> list[str]:
     match = _DEFINED.match(line)
-    return [name for name in match.groups() if name] if match else []
+    if match is None:
+        return []
+    return [name for name in match.groups() if name and not keyword.iskeyword(name)]
 
 
 def compress_prefix(
