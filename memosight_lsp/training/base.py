@@ -92,13 +92,13 @@ def tokenize_split(
 
 
 def tokenize_documents(docs: list[str], tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
-    """One uint16 token stream of all documents, in order."""
+    """One token stream of all documents, in order (uint16 where the vocabulary fits)."""
     ids: list[int] = []
     batch = 512
     for i in tqdm(range(0, len(docs), batch), desc="tokenize", unit="batch"):
         for row in tokenizer(docs[i : i + batch], add_special_tokens=False)["input_ids"]:
             ids.extend(row)
-    return np.asarray(ids, dtype=np.uint16)
+    return np.asarray(ids, dtype=np.uint16 if len(tokenizer) <= 1 << 16 else np.uint32)
 
 
 def prepare_data(cfg: BaseTrainingConfig, out: Path) -> tuple[PreTrainedTokenizerBase, dict]:

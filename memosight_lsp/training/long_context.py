@@ -41,12 +41,11 @@ from .base import (
 )
 from .corpus import SourceFile, collect_corpus
 from .fim_data import FimSettings, choose_middle, path_marker
+from .ngrams import EVALUATION_DIRS
 from .tokenizer_training import END_OF_TEXT
 
 log = logging.getLogger(__name__)
 
-# Installed packages are evaluation data; a corpus root inside them is refused.
-EVALUATION_FOLDERS = {"site-packages", "dist-packages"}
 POSITION_BUCKETS = (0, 512, 1024, 2048, 4096, 8192)
 
 
@@ -103,11 +102,12 @@ def _ended(text: str) -> str:
 
 
 def check_corpus_roots(roots: list[str]) -> None:
+    """Missing folders and installed packages (evaluation data) are refused."""
     for root in roots:
         folder = Path(root)
         if not folder.is_dir():
             raise ValueError(f"corpus folder not found: {root}")
-        if EVALUATION_FOLDERS & set(folder.resolve().parts):
+        if EVALUATION_DIRS & set(folder.resolve().parts):
             raise ValueError(f"{root} is inside installed packages: evaluation data, not training")
 
 
