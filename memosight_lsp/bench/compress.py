@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from memosight_lsp.context.far_prefix import compress_prefix
+from memosight_lsp.context.far_prefix import NEAR_SHARE, compress_prefix
 from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, decode_greedy, feed
 from memosight_lsp.engine.greedy import Generation, StopRules
@@ -258,6 +258,7 @@ def run_case(
     ratios: list[float],
     snapkv: SnapKVConfig,
     lossless_ratio: float = 0,
+    near_share: float = NEAR_SHARE,
 ) -> list[dict]:
     """Every method at every ratio on one case (`snapkv` gives all but the ratio)."""
     model = loaded.model
@@ -311,7 +312,7 @@ def run_case(
         if text is not None:
             t0 = time.perf_counter()
             counter = _counter(loaded.tokenizer)
-            summary = compress_prefix(text, keep, counter)
+            summary = compress_prefix(text, keep, counter, near_share)
             ids = loaded.tokenizer.encode(summary, add_special_tokens=True)
             out = _decode_short("summarize", ratio, ids, loaded, case, rules, t0)
             out["needleKept"] = float(f"def {case['name']}(" in summary) if needle else None
@@ -460,6 +461,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lossless-ratio", type=float, default=4.0, help="also time lossless-draft (0: skip)"
     )
+    parser.add_argument(
+        "--near-share",
+        type=float,
+        default=NEAR_SHARE,
+        help="summarize: share of the budget kept verbatim above the cursor",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--out", type=Path, help="write summary.json and compress.png here")
@@ -482,8 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     context = position_limit(loaded.model.config) or 4096
     high = min(args.max_tokens, context - MAX_NEW_TOKENS - 1)
     low = min(args.min_tokens, high // 2)
-    if args.window < 1 or not 0.0 <= args.recent_share < 1.0:
-        parser.error("--window must be positive and --recent-share in [0, 1)")
+    if args.window < 1 or not 0.0 <= args.recent_share < 1.0 or not 0.0 < args.near_share <= 1.0:
+        parser.error("--window must be positive, --recent-share in [0, 1), --near-share in (0, 1]")
     snapkv = SnapKVConfig(window=args.window, recent=args.window, recent_share=args.recent_share)
     cases = make_cases(loaded, args.samples, low, high, args.seed)
     needles = make_needles(loaded, args.needles, low, high, args.seed)
@@ -492,11 +499,11 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     needle_rows: list[dict] = []
     for i, case in enumerate(cases, 1):
-        rows += run_case(loaded, case, ratios, snapkv, args.lossless_ratio)
+        rows += run_case(loaded, case, ratios, snapkv, args.lossless_ratio, args.near_share)
         sys.stderr.write(f"\rcases {i}/{len(cases)}")
     for i, case in enumerate(needles, 1):
         sys.stderr.write(f"\rneedles {i}/{len(needles)}")
-        for r in run_case(loaded, case, ratios, snapkv):
+        for r in run_case(loaded, case, ratios, snapkv, near_share=args.near_share):
             r["spelled"] = float(r["output"].startswith(case["target"]))
             needle_rows.append(r)
     sys.stderr.write("\n")
@@ -516,6 +523,11 @@ def main(argv: list[str] | None = None) -> int:
         "samples": len(cases),
         "needles": len(needles),
         "threads": torch.get_num_threads(),
+        "settings": {
+            "window": snapkv.window,
+            "recentShare": snapkv.recent_share,
+            "nearShare": args.near_share,
+        },
         "nextLine": summary,
         "needle": needle,
     }
