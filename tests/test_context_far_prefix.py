@@ -114,3 +114,11 @@ def test_packer_without_an_index_compresses_the_far_part_instead_of_cutting_it()
     assert whole.prefix == text[: len(whole.prefix)] and "far" not in {
         s.kind for s in whole.snippets
     }
+
+
+def test_a_definition_starting_with_the_word_being_typed_is_kept():
+    lines = FILE.split("\n")
+    budget = words(FILE) // 3
+    typed = summarize_above(lines, len(lines), "    total = unrelated_h", budget, WORDS)
+    assert "total = a + b" in typed  # unrelated_helper completes the word at the cursor
+    assert "total = a + b" not in summarize_above(lines, len(lines), "    value = x", budget, WORDS)

@@ -6,8 +6,8 @@ that far part is split into top-level blocks (a function, a class, a run of impo
 assignments); each block can step down from its full text to its signature summary (decorators,
 `def` / `class` headers, a class keeping its methods' headers) and then to nothing, the least
 relevant block first (`recursive.fit`), until the far part fits its share of the budget. A block
-is relevant when it defines a name used in the lines near the cursor, then by shared identifiers,
-then by closeness.
+is relevant when it defines a name used in the lines near the cursor (or one that starts with the
+word being typed at the cursor), then by shared identifiers, then by closeness.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ MEMO_BLOCKS = 4096  # blocks whose summary and identifiers are remembered
 # Names a line defines: a def or class at any depth (a method used as self.name counts), or an
 # unindented assignment.
 _DEFINED = re.compile(r"^\s*(?:async\s+def|def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*[:=]")
+_TRAILING_WORD = re.compile(r"[A-Za-z_]\w*\Z")
 # Unindented lines that continue the statement above: closing brackets, else/elif/except/finally.
 _CONTINUATION = re.compile(r"^([)\]}]|(else|elif|except|finally)\b)")
 
@@ -72,12 +73,15 @@ def summarize_above(
     if end <= 0 or budget <= 0:
         return ""
     near_words = set(identifiers(near))
+    typed = _typed_word(near)
     units = []
     for start, stop in top_level_blocks(lines[:end]):
         text = "".join(line + "\n" for line in lines[start:stop])
         facts = _facts(text)
         score = jaccard(facts.words, near_words) + CLOSENESS_WEIGHT * stop / end
-        if facts.defined & near_words:
+        if facts.defined & near_words or (
+            typed and any(n.startswith(typed) for n in facts.defined)
+        ):
             score += DEFINES_USED_NAME
         units.append(Unit(key=f"{start:08d}", levels=facts.levels, score=score))
     fitted = fit(units, budget, counter.piece, refill=True)
@@ -111,6 +115,13 @@ def _facts(text: str) -> _BlockFacts:
     if len(_facts_memo) > MEMO_BLOCKS:
         _facts_memo.popitem(last=False)
     return facts
+
+
+def _typed_word(near: str) -> str | None:
+    """The identifier the text ends in (the word being typed at the cursor), if 3+ long: a
+    block defining a name that starts with it is what the completion is likely to need."""
+    match = _TRAILING_WORD.search(near)
+    return match.group(0) if match and len(match.group(0)) >= 3 else None
 
 
 def _defined(line: str) -> list[str]:
