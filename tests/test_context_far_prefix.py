@@ -122,3 +122,19 @@ def test_a_definition_starting_with_the_word_being_typed_is_kept():
     typed = summarize_above(lines, len(lines), "    total = unrelated_h", budget, WORDS)
     assert "total = a + b" in typed  # unrelated_helper completes the word at the cursor
     assert "total = a + b" not in summarize_above(lines, len(lines), "    value = x", budget, WORDS)
+
+
+def test_room_a_big_block_leaves_goes_back_to_the_near_lines():
+    # The cursor is deep inside one big class: above the near lines the class is one block that
+    # only fits as its signatures, and the room that leaves extends the verbatim lines instead.
+    methods = "".join(
+        f"    def method_{i}(self, value):\n        value = value + {i}\n        return value\n\n"
+        for i in range(80)
+    )
+    prefix = "import os\n\n\nclass Big:\n" + methods + "    def last(self):\n        "
+    total = words(prefix)
+    for ratio in (2, 4):
+        budget = total // ratio
+        out = compress_prefix(prefix, budget, WORDS)
+        assert budget * 0.9 <= words(out) <= budget
+        assert out.startswith("import os") or "class Big:" in out

@@ -70,8 +70,15 @@ def summarize_above(
 ) -> str:
     """lines[:end] compressed to at most `budget` tokens (as counted piece by piece), relevance
     judged against `near`, the text kept verbatim below them. Returns "" if nothing fits."""
+    return _summary(lines, end, near, budget, counter)[0]
+
+
+def _summary(
+    lines: list[str], end: int, near: str, budget: int, counter: TokenCounter
+) -> tuple[str, int]:
+    """summarize_above's text and its token count (block by block)."""
     if end <= 0 or budget <= 0:
-        return ""
+        return "", 0
     near_words = set(identifiers(near))
     typed = _typed_word(near)
     units = []
@@ -86,8 +93,8 @@ def summarize_above(
         units.append(Unit(key=f"{start:08d}", levels=facts.levels, score=score))
     fitted = fit(units, budget, counter.piece, refill=True)
     if fitted.tokens > budget:
-        return ""
-    return fitted.text()
+        return "", 0
+    return fitted.text(), fitted.tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,33 +138,55 @@ def _defined(line: str) -> list[str]:
     return [name for name in match.groups() if name and not keyword.iskeyword(name)]
 
 
-def compress_prefix(
-    text: str, budget: int, counter: TokenCounter, near_share: float = NEAR_SHARE
-) -> str:
-    """`text` (everything before the cursor) in at most `budget` tokens: whole when it fits;
-    otherwise the lines nearest the cursor fill `near_share` of the budget and the lines above
-    them are summarized into the rest."""
-    if counter(text) <= budget:
-        return text
-    lines = text.split("\n")
+def split_prefix(
+    lines: list[str], budget: int, counter: TokenCounter, near_share: float = NEAR_SHARE
+) -> tuple[int, str, str]:
+    """(first near line, far text, near text) for a prefix given as its lines (the last one is
+    the cursor line up to the cursor): the nearest lines get `near_share` of the budget and the
+    lines above them are summarized into the rest. Room the summary leaves (a big block that
+    only fits as its signatures) goes back to the near lines."""
+    near_budget = int(budget * near_share)
+    start, far, near = len(lines) - 1, "", lines[-1]
+    for _ in range(3):
+        start, used = _near_window(lines, near_budget, counter)
+        near = "\n".join(lines[start:])
+        far, far_used = _summary(lines, start, near, budget - used, counter)
+        spare = budget - used - far_used
+        if spare < max(16, budget // 32) or start == 0:
+            break
+        near_budget = used + spare
+    return start, far, near
+
+
+def _near_window(lines: list[str], budget: float, counter: TokenCounter) -> tuple[int, int]:
+    """First line and token count of the longest run of last lines within budget."""
     start = len(lines) - 1
     used = counter.piece(lines[start])
     while start > 0:
         cost = counter.piece(lines[start - 1] + "\n")
-        if used + cost > budget * near_share:
+        if used + cost > budget:
             break
         used += cost
         start -= 1
-    near = "\n".join(lines[start:])
-    far_budget = budget - used
+    return start, used
+
+
+def compress_prefix(
+    text: str, budget: int, counter: TokenCounter, near_share: float = NEAR_SHARE
+) -> str:
+    """`text` (everything before the cursor) in at most `budget` tokens: whole when it fits;
+    otherwise split_prefix's far summary and near lines."""
+    if counter(text) <= budget:
+        return text
+    lines = text.split("\n")
+    start, far, near = split_prefix(lines, budget, counter, near_share)
     # Pieces are counted apart; the joined text can count a little differently, so shrink
     # the far part by what the whole is over until it fits.
     for _ in range(4):
-        prompt = summarize_above(lines, start, near, far_budget, counter) + near
-        over = counter(prompt) - budget
+        over = counter(far + near) - budget
         if over <= 0:
-            return prompt
-        far_budget -= max(over, 1)
+            return far + near
+        far = summarize_above(lines, start, near, counter(far) - max(over, 1), counter)
     while start < len(lines) - 1 and counter(near) > budget:
         start += 1
         near = "\n".join(lines[start:])

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from memosight_lsp.workspace import LanguageSpec, WorkspaceIndex, language_for
 
-from .far_prefix import NEAR_SHARE, summarize_above
+from .far_prefix import split_prefix, summarize_above
 from .rank import Ranker
 from .render import join_lines, render_head
 from .select import Piece, Selector, model_order, overlaps, path_marker
@@ -266,12 +266,12 @@ def _plain(layout: _Layout, budget: int, counter: TokenCounter) -> None:
         lines, line, column, int(budget * SUFFIX_SHARE_PLAIN), counter
     )
     room = budget - suffix_used - counter.piece(layout.marker)
-    start, text, used = _prefix_window(lines, line, column, room, counter)
+    start, text, _ = _prefix_window(lines, line, column, room, counter)
     if start > 0:
         # The file does not fit: the lines nearest the cursor take part of the room and the code
         # above them is compressed into the rest instead of cut off.
-        start, text, used = _prefix_window(lines, line, column, int(room * NEAR_SHARE), counter)
-        layout.far_text = summarize_above(lines, start, text, room - used, counter)
+        prefix_lines = [*lines[:line], lines[line][:column]]
+        start, layout.far_text, text = split_prefix(prefix_lines, room, counter)
     layout.window_start, layout.prefix_text = start, text
 
 
