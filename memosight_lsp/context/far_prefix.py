@@ -21,8 +21,11 @@ from .lexical import identifiers, jaccard
 from .recursive import Unit, fit, signature_summary
 from .tokens import TokenCounter
 
-# A block that defines a name used near the cursor outranks any lexical overlap.
+# A block that defines a name used near the cursor outranks any lexical overlap; one defining a
+# name that completes the word being typed outranks those (many blocks define some name used in
+# a long stretch of nearby code, few the one being typed).
 DEFINES_USED_NAME = 2.0
+COMPLETES_TYPED_WORD = 4.0
 CLOSENESS_WEIGHT = 0.1
 NEAR_SHARE = 0.5  # of the budget kept verbatim right above the cursor
 MAX_SIMPLE_RUN = 24  # one-line statements (imports, constants) grouped into blocks of this size
@@ -86,9 +89,9 @@ def _summary(
         text = "".join(line + "\n" for line in lines[start:stop])
         facts = _facts(text)
         score = jaccard(facts.words, near_words) + CLOSENESS_WEIGHT * stop / end
-        if facts.defined & near_words or (
-            typed and any(n.startswith(typed) for n in facts.defined)
-        ):
+        if typed is not None and any(name.startswith(typed) for name in facts.defined):
+            score += COMPLETES_TYPED_WORD
+        elif facts.defined & near_words:
             score += DEFINES_USED_NAME
         units.append(Unit(key=f"{start:08d}", levels=facts.levels, score=score))
     fitted = fit(units, budget, counter.piece, refill=True)
