@@ -11,8 +11,10 @@ Measured on CPU (5.5M-param default model, 4 layers, 2 shared cores; docs/compre
   measured slower than plain decoding, so there it stays off unless `lossless_on_cpu`.
 - Model-scored chunk ranking costs one forward pass per candidate; it runs only when the
   structural ranker offers clearly more than fits and the budget is large.
-- Recursive compression (signatures, then drop) runs whenever the candidates overflow the
-  budget: it is string work, no model passes.
+- Far-prefix summaries (recursive compression of a long file: blocks step down to signatures,
+  then drop) run in the context packer whenever a file without an index overflows its room:
+  string work, no model passes. `Plan.recursive` only reports that the ranked candidates
+  overflow the budget; the packer's per-definition levels then decide what stays.
 """
 
 from __future__ import annotations
