@@ -6,6 +6,7 @@ from __future__ import annotations
 from memosight_lsp.context.far_prefix import compress_prefix, summarize_above, top_level_blocks
 from memosight_lsp.context.recursive import signature_summary
 from memosight_lsp.context.tokens import TokenCounter
+from memosight_lsp.context.types import SNIPPET_KINDS
 from memosight_lsp.engine.loading import load_tokenizer
 
 
@@ -109,6 +110,9 @@ def test_packer_without_an_index_compresses_the_far_part_instead_of_cutting_it()
     assert "def parse_ledger(path, strict=True):" in packed.prefix
     far = [s for s in packed.snippets if s.kind == "far"]
     assert len(far) == 1 and far[0].text in packed.prefix and far[0].start_line == 0
+    near = next(s for s in packed.snippets if s.kind == "prefix")
+    assert far[0].end_line == near.start_line - 1
+    assert {s.kind for s in packed.snippets} <= set(SNIPPET_KINDS)
     # A file that fits is left whole: nothing compressed.
     whole = build_context(budget_tokens=10_000, **args)
     assert whole.prefix == text[: len(whole.prefix)] and "far" not in {

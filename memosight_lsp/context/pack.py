@@ -94,7 +94,7 @@ class _Layout:
                 Snippet(
                     path=self.current,
                     start_line=0,
-                    end_line=self.window_start,
+                    end_line=max(0, self.window_start - 1),
                     symbol=None,
                     kind="far",
                     tokens=counter(self.far_text),

@@ -24,7 +24,7 @@ SIGNATURE = re.compile(
     r"(pub(\(\w+\))?\s+)?(fn|struct|enum|trait|impl|type|interface)\s|func\s)"
 )
 
-
+# A header's continuation lines kept at most (an unbalanced bracket must not swallow a block).
 MAX_HEADER_LINES = 12
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-SNIPPET_KINDS = ("enclosing", "full", "signature", "window", "prefix", "suffix")
+# "far": the code above the prefix window, compressed (far_prefix.py), when there is no index.
+SNIPPET_KINDS = ("enclosing", "full", "signature", "window", "prefix", "suffix", "far")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
