@@ -18,8 +18,9 @@ model's exact match is 0 everywhere) and the share of its tokens that are the mo
 choice (token-level exact match), prefill ms, ms per token and KV bytes.
 The needle test puts a uniquely named function far above the cursor and ends the prompt at a
 call of it (`x = <first part of the name>`); it reports how often each method keeps the name's
-positions (for snapkv: the share of layer/head slots keeping them) and how often the completed
-line spells the name. Prints JSON; with --out also writes summary.json and plots there.
+positions (for snapkv: the share of layer/head slots keeping them; for truncate and summarize:
+whether the prompt still holds the definition) and how often the completed line spells it.
+Prints JSON; with --out also writes summary.json and plots there.
 """
 
 from __future__ import annotations
