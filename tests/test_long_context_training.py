@@ -125,6 +125,7 @@ def test_cli_refuses_learned_positions_and_bad_arguments(tiny_model_dirs, tmp_pa
     gpt2 = ["--model", str(tiny_model_dirs["gpt2"]), "--seq-len", "4096", "--minutes", "0.01"]
     assert cli_main([*argv, *gpt2]) == 2
     assert "learned up to 2048" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "data").exists()  # refused before any tokenizing
     assert cli_main([*argv, "--seq-len", "4", "--minutes", "0.01"]) == 2
     assert "--seq-len" in capsys.readouterr().err
     missing = ["--model", str(tmp_path / "nope"), "--minutes", "0.01"]

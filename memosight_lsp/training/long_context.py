@@ -21,10 +21,11 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from memosight_lsp.engine.fim import QWEN, FimFormat
 from memosight_lsp.engine.loading import load_tokenizer, model_folder, position_limit
@@ -171,6 +172,8 @@ def train_long_context(cfg: LongContextConfig) -> Path:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     source, _ = model_folder(cfg.model)
+    # Refuse a model whose positions cannot grow before minutes of tokenizing.
+    open_positions(AutoConfig.from_pretrained(source, local_files_only=True), cfg.seq_len)
     tokenizer = load_tokenizer(source)
     stats = prepare_long_data(cfg, tokenizer, out)
     train_data = np.load(out / "data" / "train.npy")
@@ -188,7 +191,8 @@ def train_long_context(cfg: LongContextConfig) -> Path:
         model, state, opt_state = load_checkpoint(out, gen)
         optimizer = make_optimizer(model, cfg)
         optimizer.load_state_dict(opt_state)
-        report = json.loads(report_path.read_text())
+        fresh: dict[str, Any] = {"source": str(source)}
+        report = json.loads(report_path.read_text()) if report_path.exists() else fresh
         log.info("resumed at step %d (%.1f min)", state.step, state.elapsed_s / 60)
     else:
         # Trained as it was saved (not through load_model: no decoding trunk, fp32, train mode).
