@@ -3,6 +3,7 @@ signatures -> dropped, least relevant first, within the token budget."""
 
 from __future__ import annotations
 
+from memosight_lsp.context import build_context
 from memosight_lsp.context.far_prefix import compress_prefix, summarize_above, top_level_blocks
 from memosight_lsp.context.recursive import signature_summary
 from memosight_lsp.context.tokens import TokenCounter
@@ -98,8 +99,6 @@ def test_compress_prefix_fits_the_budget_and_keeps_the_lines_above_the_cursor():
 
 
 def test_packer_without_an_index_compresses_the_far_part_instead_of_cutting_it():
-    from memosight_lsp.context import build_context
-
     filler = "".join(f"def step_{i}(value):\n    return value + {i}\n\n\n" for i in range(80))
     text = FILE + "\n\n" + filler + "def main(path):\n    rows = parse_ledger(path)\n    \n"
     line = text.count("\n") - 1
