@@ -244,23 +244,44 @@ def make_optimizer(model, cfg: BaseTrainingConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
 
 
-def train_base(cfg: BaseTrainingConfig) -> Path:
+def start_run(cfg: BaseTrainingConfig) -> Path:
+    """The output folder, created; the seed and thread count set."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    return out
+
+
+def load_streams(out: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The training and validation token streams prepared under out/data."""
+    return np.load(out / "data" / "train.npy"), np.load(out / "data" / "val.npy")
+
+
+def resume(
+    out: Path, cfg: BaseTrainingConfig, gen: torch.Generator
+) -> tuple[Any, torch.optim.Optimizer, TrainState] | None:
+    """Model, optimizer and state from out/checkpoint when cfg.resume asks and one exists."""
+    if not (cfg.resume and (out / "checkpoint").exists()):
+        return None
+    model, state, opt_state = load_checkpoint(out, gen)
+    optimizer = make_optimizer(model, cfg)
+    optimizer.load_state_dict(opt_state)
+    log.info("resumed at step %d (%.1f min)", state.step, state.elapsed_s / 60)
+    return model, optimizer, state
+
+
+def train_base(cfg: BaseTrainingConfig) -> Path:
+    out = start_run(cfg)
     tokenizer, stats = prepare_data(cfg, out)
-    train_data = np.load(out / "data" / "train.npy")
-    val_data = np.load(out / "data" / "val.npy")
+    train_data, val_data = load_streams(out)
     log.info("tokens: %d train, %d validation", train_data.size, val_data.size)
 
     gen = torch.Generator().manual_seed(cfg.seed)
-    if cfg.resume and (out / "checkpoint").exists():
-        model, state, opt_state = load_checkpoint(out, gen)
-        optimizer = make_optimizer(model, cfg)
-        optimizer.load_state_dict(opt_state)
-        log.info("resumed at step %d (%.1f min)", state.step, state.elapsed_s / 60)
+    resumed = resume(out, cfg, gen)
+    if resumed is not None:
+        model, optimizer, state = resumed
     else:
         model = build_model(cfg, tokenizer)
         optimizer = make_optimizer(model, cfg)

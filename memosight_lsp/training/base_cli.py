@@ -11,8 +11,8 @@ import sys
 from .base import BaseTrainingConfig, train_base
 
 
-def register_cli(parser: argparse.ArgumentParser) -> None:
-    defaults = BaseTrainingConfig(corpus=[], out="")
+def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """--corpus and --out, shared by the trainers that read a corpus into a run folder."""
     parser.add_argument(
         "--corpus",
         nargs="+",
@@ -21,6 +21,11 @@ def register_cli(parser: argparse.ArgumentParser) -> None:
         help="folders of Python source (never the packages you evaluate on)",
     )
     parser.add_argument("--out", required=True, help="output folder (checkpoints, final model)")
+
+
+def register_cli(parser: argparse.ArgumentParser) -> None:
+    defaults = BaseTrainingConfig(corpus=[], out="")
+    add_corpus_arguments(parser)
     parser.add_argument(
         "--minutes",
         type=float,

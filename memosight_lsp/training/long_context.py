@@ -34,10 +34,12 @@ from .base import (
     BaseTrainingConfig,
     TrainState,
     export_final,
-    load_checkpoint,
+    load_streams,
     make_optimizer,
+    resume,
     run_training,
     split_files,
+    start_run,
     tokenize_documents,
 )
 from .corpus import SourceFile, collect_corpus
@@ -166,18 +168,13 @@ def loss_by_position(
 
 
 def train_long_context(cfg: LongContextConfig) -> Path:
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(cfg.seed)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    out = start_run(cfg)
     source, _ = model_folder(cfg.model)
     # Refuse a model whose positions cannot grow before minutes of tokenizing.
     open_positions(AutoConfig.from_pretrained(source, local_files_only=True), cfg.seq_len)
     tokenizer = load_tokenizer(source)
     stats = prepare_long_data(cfg, tokenizer, out)
-    train_data = np.load(out / "data" / "train.npy")
-    val_data = np.load(out / "data" / "val.npy")
+    train_data, val_data = load_streams(out)
     if val_data.size <= cfg.seq_len + 1 or train_data.size <= cfg.seq_len + 1:
         raise ValueError(
             f"the corpus is too small for {cfg.seq_len}-token windows "
@@ -187,13 +184,11 @@ def train_long_context(cfg: LongContextConfig) -> Path:
 
     gen = torch.Generator().manual_seed(cfg.seed)
     report_path = out / "positions.json"
-    if cfg.resume and (out / "checkpoint").exists():
-        model, state, opt_state = load_checkpoint(out, gen)
-        optimizer = make_optimizer(model, cfg)
-        optimizer.load_state_dict(opt_state)
+    resumed = resume(out, cfg, gen)
+    if resumed is not None:
+        model, optimizer, state = resumed
         fresh: dict[str, Any] = {"source": str(source)}
         report = json.loads(report_path.read_text()) if report_path.exists() else fresh
-        log.info("resumed at step %d (%.1f min)", state.step, state.elapsed_s / 60)
     else:
         # Trained as it was saved (not through load_model: no decoding trunk, fp32, train mode).
         model = AutoModelForCausalLM.from_pretrained(

@@ -13,20 +13,14 @@ import sys
 
 from memosight_lsp.engine.loading import ModelLoadError
 
+from .base_cli import add_corpus_arguments
 from .long_context import LongContextConfig, train_long_context
 
 
 def register_cli(parser: argparse.ArgumentParser) -> None:
     defaults = LongContextConfig(corpus=[], out="")
     parser.add_argument("--model", default=None, help="model folder (default: the embedded one)")
-    parser.add_argument(
-        "--corpus",
-        nargs="+",
-        required=True,
-        metavar="DIR",
-        help="folders of Python source (never the packages you evaluate on)",
-    )
-    parser.add_argument("--out", required=True, help="output folder (checkpoints, final model)")
+    add_corpus_arguments(parser)
     parser.add_argument("--minutes", type=float, default=defaults.minutes, help="wall-clock budget")
     parser.add_argument("--seq-len", type=int, default=defaults.seq_len, help="window length")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
