@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .lexical import identifiers, jaccard
 from .recursive import Unit, fit, signature_summary
-from .tokens import TokenCounter
+from .tokens import TokenCounter, grow_upward
 
 # A block that defines a name used near the cursor outranks any lexical overlap; one defining a
 # name that completes the word being typed outranks those (many blocks define some name used in
@@ -151,7 +151,8 @@ def split_prefix(
     near_budget = int(budget * near_share)
     start, far, near = len(lines) - 1, "", lines[-1]
     for _ in range(3):
-        start, used = _near_window(lines, near_budget, counter)
+        last = len(lines) - 1
+        start, used = grow_upward(lines, last, counter.piece(lines[last]), near_budget, counter)
         near = "\n".join(lines[start:])
         far, far_used = _summary(lines, start, near, budget - used, counter)
         spare = budget - used - far_used
@@ -159,19 +160,6 @@ def split_prefix(
             break
         near_budget = used + spare
     return start, far, near
-
-
-def _near_window(lines: list[str], budget: float, counter: TokenCounter) -> tuple[int, int]:
-    """First line and token count of the longest run of last lines within budget."""
-    start = len(lines) - 1
-    used = counter.piece(lines[start])
-    while start > 0:
-        cost = counter.piece(lines[start - 1] + "\n")
-        if used + cost > budget:
-            break
-        used += cost
-        start -= 1
-    return start, used
 
 
 def compress_prefix(

@@ -35,7 +35,7 @@ from .far_prefix import split_prefix, summarize_above
 from .rank import Ranker
 from .render import join_lines, render_head
 from .select import Piece, Selector, model_order, overlaps, path_marker
-from .tokens import TokenCounter, counter_for
+from .tokens import TokenCounter, counter_for, grow_upward
 from .types import PackedContext, Rerank, Snippet
 
 SUFFIX_SHARE_INDEXED = 1 / 8
@@ -154,13 +154,7 @@ def _prefix_window(
     used = counter.piece(cursor)
     if used > budget:
         return line, "", 0
-    start = line
-    for i in range(line - 1, floor - 1, -1):
-        cost = counter.piece(lines[i] + "\n")
-        if used + cost > budget:
-            break
-        used += cost
-        start = i
+    start, used = grow_upward(lines, line, used, budget, counter, floor)
     return start, join_lines(lines[start:line]) + cursor, used
 
 

@@ -34,6 +34,21 @@ class TokenCounter:
         return hit
 
 
+def grow_upward(
+    lines: list[str], end: int, used: int, budget: float, counter: TokenCounter, floor: int = 0
+) -> tuple[int, int]:
+    """Take whole lines above line `end` (each with its newline) while the total stays within
+    `budget`, starting from `used` tokens and never above `floor`: (first line, total)."""
+    start = end
+    while start > floor:
+        cost = counter.piece(lines[start - 1] + "\n")
+        if used + cost > budget:
+            break
+        used += cost
+        start -= 1
+    return start, used
+
+
 _counters: dict[int, tuple[Callable[[str], int], TokenCounter]] = {}
 
 
