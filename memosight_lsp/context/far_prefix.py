@@ -12,9 +12,9 @@ word being typed at the cursor), then by shared identifiers, then by closeness.
 
 from __future__ import annotations
 
+import functools
 import keyword
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from .lexical import identifiers, jaccard
@@ -107,24 +107,14 @@ class _BlockFacts:
     defined: frozenset[str]
 
 
-_facts_memo: OrderedDict[str, _BlockFacts] = OrderedDict()
-
-
+@functools.lru_cache(maxsize=MEMO_BLOCKS)
 def _facts(text: str) -> _BlockFacts:
     """What scoring and fitting need from a block, memoised: blocks far above the cursor stay
     the same from one keystroke to the next."""
-    hit = _facts_memo.get(text)
-    if hit is not None:
-        _facts_memo.move_to_end(text)
-        return hit
     summary = signature_summary(text)
     levels = (text, summary, "") if summary and summary != text else (text, "")
     defined = frozenset(name for line in text.splitlines() for name in _defined(line))
-    facts = _BlockFacts(levels=levels, words=frozenset(identifiers(text)), defined=defined)
-    _facts_memo[text] = facts
-    if len(_facts_memo) > MEMO_BLOCKS:
-        _facts_memo.popitem(last=False)
-    return facts
+    return _BlockFacts(levels=levels, words=frozenset(identifiers(text)), defined=defined)
 
 
 def _typed_word(near: str) -> str | None:
