@@ -33,5 +33,7 @@ def run(args: argparse.Namespace) -> int:
         f"vocabulary:   {info['vocabSize']} tokens",
         f"load time:    {info['loadSeconds']:.2f} s",
     ]
+    if info["quantization"]:
+        lines.insert(2, f"GGUF file:    {info['quantization']}, dequantized")
     emit("\n".join(lines), as_json=False)
     return 0

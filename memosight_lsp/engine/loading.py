@@ -17,6 +17,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
+from . import gguf
 from .fim import FimFormat, resolve_fim_format
 from .fused_trunk import trunk_for
 
@@ -42,12 +43,14 @@ class LoadedModel:
     num_parameters: int
     load_seconds: float
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
+    gguf: gguf.GgufSummary | None = None  # set when the model came from a .gguf file
 
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "source": self.source,
             "embedded": self.embedded,
+            "quantization": self.gguf.describe() if self.gguf else None,
             "architecture": type(self.model).__name__,
             "fimFormat": self.fim.name if self.fim else None,
             "parameters": self.num_parameters,
@@ -83,8 +86,19 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
         raise ModelLoadError(f"unknown dtype {dtype!r}; use {choices}") from None
 
 
-def model_folder(path: str | os.PathLike | None) -> tuple[Path, bool]:
-    """The folder to load from and whether it is the embedded default; checks it looks loadable."""
+def model_folder(
+    path: str | os.PathLike | None,
+    *,
+    dtype: torch.dtype = torch.float32,
+    progress: gguf.Progress | None = None,
+) -> tuple[Path, bool]:
+    """The folder to load from and whether it is the embedded default; checks it looks loadable.
+    A .gguf file is converted into a cached folder of `dtype` weights the first time."""
+    if path is not None and gguf.is_gguf(path):
+        try:
+            return gguf.converted_folder(path, dtype, progress=progress), False
+        except gguf.GgufError as err:
+            raise ModelLoadError(str(err)) from err
     embedded = path is None
     folder = EMBEDDED_MODEL_DIR if path is None else Path(path).expanduser()
     if not folder.exists():
@@ -107,6 +121,11 @@ def model_folder(path: str | os.PathLike | None) -> tuple[Path, bool]:
 
 def load_tokenizer(path: str | os.PathLike | None = None) -> Any:
     """Just the tokenizer (for token counting without loading weights)."""
+    if path is not None and gguf.is_gguf(path):
+        try:  # from the file itself: no need to convert the weights
+            return gguf.read_tokenizer(Path(path).expanduser())
+        except gguf.GgufError as err:
+            raise ModelLoadError(str(err)) from err
     folder, _ = model_folder(path)
     try:
         return AutoTokenizer.from_pretrained(folder, local_files_only=True)
@@ -138,13 +157,15 @@ def load_model(
     device: str = "auto",
     dtype: str = "auto",
     fim_format: str = "auto",
+    progress: gguf.Progress | None = None,
 ) -> LoadedModel:
-    """Load a causal LM and its tokenizer from a local folder (None: the embedded default)."""
+    """Load a causal LM and its tokenizer from a local folder or a .gguf file (None: the
+    embedded default). `progress` hears about long steps (converting a GGUF file)."""
     started = time.perf_counter()
     hf_logging.disable_progress_bar()  # a bar per load is noise in editor logs and CLI output
-    folder, embedded = model_folder(path)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    folder, embedded = model_folder(path, dtype=torch_dtype, progress=progress)
     try:
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
     except (ValueError, KeyError) as err:
@@ -181,12 +202,16 @@ def load_model(
         fim = resolve_fim_format(tokenizer.get_vocab(), fim_format)
     except ValueError as err:
         raise ModelLoadError(str(err)) from err
-    name = "memosight-default" if embedded else folder.name
+    origin = gguf.summary_of(folder)
+    if embedded:
+        name = "memosight-default"
+    else:
+        name = Path(origin.file).name.removesuffix(".gguf") if origin else folder.name
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
         fim=fim,
-        source=str(folder),
+        source=origin.file if origin else str(folder),
         name=name,
         embedded=embedded,
         device=torch_device,
@@ -194,6 +219,7 @@ def load_model(
         num_parameters=sum(p.numel() for p in model.parameters()),
         load_seconds=time.perf_counter() - started,
         stop_token_ids=stop_token_ids(tokenizer, fim),
+        gguf=origin,
     )
 
 

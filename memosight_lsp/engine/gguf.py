@@ -1,0 +1,342 @@
+"""GGUF files as models: dequantized once into a Hugging Face folder in the user cache.
+
+A `.gguf` file (what llama.cpp, Ollama and LM Studio keep on disk) holds the config, the
+tokenizer and quantized weights. The first load reads it tensor by tensor, dequantizes each into
+the precision asked for and writes a plain folder (config.json, tokenizer, safetensors shards)
+under $XDG_CACHE_HOME/memosight/gguf/<sha256 of the file>-<dtype>/; later loads find that folder
+and take seconds. The folder appears whole or not at all (written beside it, then renamed), and
+`gguf.json` in it says where it came from and how the file was quantized.
+
+Nothing here runs code from the file: GGUF is a data format (metadata and arrays).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE_FILE = "gguf.json"  # in a converted folder: the file it came from, its quantization
+SHARD_BYTES = 1 << 30  # safetensors shards of at most ~1 GiB keep conversion memory bounded
+HASH_CHUNK = 8 << 20
+# Progress callback: (message) -> None, called now and then while converting.
+Progress = Callable[[str], None]
+
+
+class GgufError(Exception):
+    """The file cannot be used; the message is one line a user can act on."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GgufSummary:
+    """What `memosight models` shows about a GGUF model."""
+
+    file: str
+    sha256: str
+    architecture: str
+    file_type: str  # llama.cpp's name for the mix, e.g. MOSTLY_Q4_K_M
+    tensor_types: dict[str, float]  # quantization type -> share of the parameters
+
+    def describe(self) -> str:
+        mix = ", ".join(f"{name} {share:.0%}" for name, share in self.tensor_types.items())
+        return f"{self.file_type} ({mix})" if mix else self.file_type
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "memosight" / "gguf"
+
+
+def is_gguf(path: str | os.PathLike) -> bool:
+    return str(path).lower().endswith(".gguf")
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of the file, remembered by (size, mtime) so a second load does not reread it."""
+    stat = path.stat()
+    memo = cache_root() / "digests.json"
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    known = _read_json(memo)
+    if isinstance(known.get(key), str):
+        return known[key]
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    value = digest.hexdigest()
+    known[key] = value
+    _write_json_atomic(memo, known)
+    return value
+
+
+def converted_folder(
+    path: str | os.PathLike, dtype: torch.dtype, *, progress: Progress | None = None
+) -> Path:
+    """The Hugging Face folder for this GGUF file in `dtype`, converting it the first time."""
+    source = Path(path).expanduser()
+    if not source.is_file():
+        raise GgufError(f"GGUF file not found: {source}")
+    try:
+        digest = file_digest(source)
+    except OSError as err:
+        raise GgufError(f"cannot read {source}: {err.strerror or err}") from err
+    folder = cache_root() / f"{digest[:24]}-{_dtype_name(dtype)}"
+    if (folder / SOURCE_FILE).is_file():
+        return folder
+    _convert(source, digest, dtype, folder, progress or (lambda message: None))
+    return folder
+
+
+def summary_of(folder: Path) -> GgufSummary | None:
+    """The GGUF origin of a converted folder (None for ordinary folders)."""
+    data = _read_json(folder / SOURCE_FILE)
+    if not data:
+        return None
+    try:
+        return GgufSummary(
+            file=str(data["file"]),
+            sha256=str(data["sha256"]),
+            architecture=str(data["architecture"]),
+            file_type=str(data["fileType"]),
+            tensor_types={str(k): float(v) for k, v in data["tensorTypes"].items()},
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+# -- conversion ------------------------------------------------------------------------------
+
+
+def _convert(source: Path, digest: str, dtype: torch.dtype, folder: Path, progress: Progress):
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(source)
+    except (ValueError, OSError) as err:  # bad magic, truncated file, ...
+        raise GgufError(f"{source} is not a readable GGUF file: {_one_line(err)}") from err
+    config = _config(source)
+    _check_tensor_types(reader, source)
+    work = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        progress(f"converting {source.name} (first load of this file)")
+        read_tokenizer(source).save_pretrained(work)
+        _write_weights(reader, config, dtype, work, progress)
+        config.dtype = dtype
+        config.save_pretrained(work)
+        summary = _summary(reader, source, digest, config)
+        _write_json_atomic(
+            work / SOURCE_FILE,
+            {
+                "file": summary.file,
+                "sha256": summary.sha256,
+                "architecture": summary.architecture,
+                "fileType": summary.file_type,
+                "tensorTypes": summary.tensor_types,
+                "dtype": _dtype_name(dtype),
+            },
+        )
+        shutil.rmtree(folder, ignore_errors=True)  # a stale folder without gguf.json
+        os.replace(work, folder)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    log.info("converted %s into %s", source, folder)
+
+
+def _config(source: Path) -> Any:
+    """The transformers config the file's metadata describes."""
+    from transformers import AutoConfig
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    try:
+        parsed = load_gguf_checkpoint(str(source), return_tensors=False)
+    except ValueError as err:  # "GGUF model with architecture X is not supported yet."
+        raise GgufError(f"{source.name}: {_one_line(err)}") from err
+    values = dict(parsed["config"])
+    model_type = values.pop("model_type", None)
+    if not model_type:
+        raise GgufError(f"{source.name} does not say which architecture it holds")
+    try:
+        return AutoConfig.for_model(model_type, **values)
+    except (ValueError, KeyError) as err:
+        raise GgufError(f"{source.name}: unsupported architecture {model_type!r}") from err
+
+
+def _check_tensor_types(reader: Any, source: Path) -> None:
+    """One clear line for a quantization type that cannot be dequantized, before any work."""
+    from gguf import dequantize
+
+    seen: set[Any] = set()
+    for tensor in reader.tensors:
+        qtype = tensor.tensor_type
+        if qtype in seen:
+            continue
+        seen.add(qtype)
+        try:
+            dequantize(tensor.data[:1], qtype)
+        except NotImplementedError as err:
+            raise GgufError(
+                f"{source.name}: tensor {tensor.name} uses quantization type {qtype.name}, "
+                "which cannot be dequantized here; use a file quantized as Q4_0..Q8_0, "
+                "Q2_K..Q6_K, F16, BF16 or F32"
+            ) from err
+
+
+def read_tokenizer(source: Path) -> Any:
+    """The tokenizer stored in the file's metadata."""
+    from transformers import AutoTokenizer
+
+    if not source.is_file():
+        raise GgufError(f"GGUF file not found: {source}")
+    try:
+        return AutoTokenizer.from_pretrained(
+            source.parent, gguf_file=source.name, local_files_only=True
+        )
+    except Exception as err:  # transformers raises many types for tokenizers it cannot build
+        raise GgufError(f"{source.name}: cannot build its tokenizer: {_one_line(err)}") from err
+
+
+def _write_weights(reader: Any, config: Any, dtype: torch.dtype, work: Path, progress: Progress):
+    """Dequantize tensor by tensor into safetensors shards of at most SHARD_BYTES."""
+    from gguf import dequantize
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import (
+        TENSOR_PROCESSORS,
+        TensorProcessor,
+        get_gguf_hf_weights_map,
+    )
+
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)
+    architecture = _field(reader, "general.architecture") or config.model_type
+    processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config.to_dict())
+    names = get_gguf_hf_weights_map(skeleton, processor)
+    expected = set(skeleton.state_dict())
+    shard: dict[str, torch.Tensor] = {}
+    shard_bytes = 0
+    weight_map: dict[str, str] = {}
+    shards = 0
+    total = len(reader.tensors)
+
+    def flush() -> None:
+        nonlocal shard, shard_bytes, shards
+        if not shard:
+            return
+        shards += 1
+        name = f"model-{shards:05d}.safetensors"
+        save_file(shard, str(work / name), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, name))
+        shard, shard_bytes = {}, 0
+
+    for i, tensor in enumerate(reader.tensors, 1):
+        values = dequantize(tensor.data, tensor.tensor_type)
+        result = processor.process(
+            weights=values, name=tensor.name, tensor_key_mapping=names, parsed_parameters={}
+        )
+        hf_name = names.get(result.name)
+        if hf_name is None:
+            continue
+        array = np.ascontiguousarray(result.weights)
+        if not array.flags.writeable:  # a view of the memory-mapped file (F32 tensors)
+            array = array.copy()
+        weight = torch.from_numpy(array).to(dtype)
+        shard[hf_name] = weight
+        shard_bytes += weight.numel() * weight.element_size()
+        if shard_bytes >= SHARD_BYTES:
+            flush()
+        if i % 32 == 0 or i == total:
+            progress(f"dequantized {i}/{total} tensors")
+    flush()
+    missing = expected - set(weight_map) - _tied(skeleton, config)
+    if missing:
+        raise GgufError(
+            f"the GGUF file lacks {len(missing)} weights the architecture needs "
+            f"(e.g. {sorted(missing)[0]})"
+        )
+    _write_json_atomic(
+        work / "model.safetensors.index.json", {"metadata": {}, "weight_map": weight_map}
+    )
+
+
+def _tied(model: Any, config: Any) -> set[str]:
+    """Weights that are the input embedding when the config ties them (not stored)."""
+    if not getattr(config, "tie_word_embeddings", False):
+        return set()
+    head = model.get_output_embeddings()
+    return {f"{name}.weight" for name, module in model.named_modules() if module is head}
+
+
+def _summary(reader: Any, source: Path, digest: str, config: Any) -> GgufSummary:
+    counts: Counter[str] = Counter()
+    for tensor in reader.tensors:
+        counts[tensor.tensor_type.name] += int(tensor.n_elements)
+    total = sum(counts.values()) or 1
+    return GgufSummary(
+        file=str(source.resolve()),
+        sha256=digest,
+        architecture=str(_field(reader, "general.architecture") or config.model_type),
+        file_type=_file_type(reader),
+        tensor_types={name: round(n / total, 4) for name, n in counts.most_common()},
+    )
+
+
+def _file_type(reader: Any) -> str:
+    from gguf import LlamaFileType
+
+    value = _field(reader, "general.file_type")
+    if value is None:
+        return "unknown"
+    try:
+        return LlamaFileType(int(value)).name
+    except ValueError:
+        return f"file type {value}"
+
+
+def _field(reader: Any, key: str) -> Any:
+    """A scalar metadata field (str or number), None when absent."""
+    field = reader.fields.get(key)
+    if field is None or not field.data:
+        return None
+    part = field.parts[field.data[0]]
+    if part.dtype == np.uint8:  # strings are stored as bytes
+        return bytes(part).decode("utf-8", errors="replace")
+    return part.tolist()[0] if len(part) else None
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    temp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(temp, path)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
