@@ -13,7 +13,6 @@ its LM head; heads that do not match the loaded model are ignored.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ from torch import nn
 
 from .drafters import MIN_PROBABILITY, Candidate
 from .fused_trunk import trunk_for
+from .quantize import QuantizedLinear, weight_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +73,17 @@ class MedusaHeads(nn.Module):
 
 
 def lm_head_fingerprint(model: Any) -> str:
-    """A short hash of the LM head weights (the tokens heads predict live there)."""
-    weight = model.get_output_embeddings().weight.detach().float().cpu()
-    sample = weight.flatten()[:: max(1, weight.numel() // 65536)].contiguous()
-    digest = hashlib.sha256(sample.numpy().tobytes())
-    digest.update(str(tuple(weight.shape)).encode())
-    return digest.hexdigest()[:16]
+    """A short hash of the LM head weights (the tokens heads predict live there); the same for
+    the model loaded in float32, bfloat16 or quantized (files fitted to it are found in all)."""
+    head = model.get_output_embeddings()
+    if isinstance(head, QuantizedLinear):
+        return head.dense_fingerprint
+    return weight_fingerprint(head.weight)
 
 
 def model_dims(model: Any) -> tuple[int, int]:
-    weight = model.get_output_embeddings().weight
-    return int(weight.shape[1]), int(weight.shape[0])  # hidden, vocab
+    head = model.get_output_embeddings()
+    return int(head.in_features), int(head.out_features)  # hidden, vocab
 
 
 def cache_root() -> Path:

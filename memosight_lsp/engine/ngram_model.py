@@ -149,7 +149,7 @@ class NgramTable:
 def find_ngram_table(model: Any) -> NgramTable | None:
     """The table saved for this model, if any (next to the model or in the cache)."""
     fingerprint = lm_head_fingerprint(model)
-    vocab = int(model.get_output_embeddings().weight.shape[0])
+    vocab = int(model.get_output_embeddings().out_features)
     for folder in heads_folders(model):
         path = folder / NGRAMS_FILE
         if not path.is_file():

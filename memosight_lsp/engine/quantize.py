@@ -1,0 +1,204 @@
+"""Weight-only int8 / int4 linear layers: decoding a real model on a CPU is bound by reading the
+weights, so fewer bytes per weight is fewer milliseconds per token.
+
+- int8: one scale per output channel (symmetric, amax / 127), products by
+  `aten._weight_int8pack_mm` (activations bf16 on CPUs with native bf16).
+- int4: asymmetric groups of INT4_GROUP input channels (a scale and a zero per group), packed
+  two per byte for `aten._weight_int4pack_mm_for_cpu`.
+
+`quantize_model` swaps the decoder's nn.Linear modules (and the LM head) for QuantizedLinear in
+place, freeing each dense weight as it goes, so the model's own forward keeps working and the
+fused trunk can take the quantized weights as they are. Embeddings and norms stay dense: a
+lookup reads one row, not the table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+Quantization = Literal["none", "int8", "int4"]
+INT4_GROUP = 128  # input channels per int4 scale/zero (what torchao uses on CPU by default)
+INT4_INNER_K_TILES = 2  # the CPU packing's tile size (in_features must divide by 16 * this)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantizedWeight:
+    """A quantized [out, in] weight and what its kernel needs to multiply by it."""
+
+    kind: Literal["int8", "int4"]
+    data: torch.Tensor  # int8 [out, in] or packed uint8 [out, in / 2]
+    scales: torch.Tensor  # int8: [out]; int4: scales and zeros [in / group, out, 2]
+    out_features: int
+    in_features: int
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """[R, in] -> [R, out] in the activations' dtype."""
+        if self.kind == "int8":
+            return torch.ops.aten._weight_int8pack_mm(x, self.data, self.scales)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.data, INT4_GROUP, self.scales)
+
+    def dequantized(self) -> torch.Tensor:
+        """The fp32 [out, in] weight the products compute with (reference for tests)."""
+        if self.kind == "int8":
+            return self.data.float() * self.scales.float()[:, None]
+        unpacked = _unpack_int4(self.data, self.out_features, self.in_features)
+        groups = unpacked.reshape(self.out_features, -1, INT4_GROUP).float()
+        scales = self.scales[..., 0].t().float()[..., None]  # [out, groups, 1]
+        zeros = self.scales[..., 1].t().float()[..., None]
+        return ((groups - 8) * scales + zeros).reshape(self.out_features, self.in_features)
+
+    def rows(self, start: int, end: int) -> QuantizedWeight:
+        """Output channels start..end (int8: views; int4's packing tiles rows: repacked)."""
+        if self.kind == "int8":
+            data, scales = self.data[start:end], self.scales[start:end]
+        else:
+            values = _unpack_int4(self.data, self.out_features, self.in_features)
+            data, scales = _pack_int4(values[start:end]), self.scales[:, start:end].contiguous()
+        return replace(self, data=data, scales=scales, out_features=end - start)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.data, self.scales))
+
+
+def quantize_weight(weight: torch.Tensor, kind: Literal["int8", "int4"], dtype: torch.dtype):
+    """Quantize a dense [out, in] weight; scales in the activations' `dtype`."""
+    w = weight.detach().float()
+    out_features, in_features = w.shape
+    if kind == "int8":
+        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)  # [out]
+        data = (w / scales[:, None]).round().clamp(-128, 127).to(torch.int8).contiguous()
+        return QuantizedWeight(
+            kind="int8",
+            data=data,
+            scales=scales.to(dtype),
+            out_features=out_features,
+            in_features=in_features,
+        )
+    groups = w.reshape(out_features, -1, INT4_GROUP)  # [out, in / group, group]
+    low, high = groups.amin(dim=-1), groups.amax(dim=-1)
+    scales = ((high - low) / 15).clamp(min=1e-12)
+    zeros = low + scales * 8  # the kernel computes (q - 8) * scale + zero
+    q = ((groups - low[..., None]) / scales[..., None]).round().clamp(0, 15)
+    packed = _pack_int4(q.to(torch.int32).reshape(out_features, in_features))
+    scales_and_zeros = torch.stack((scales.t(), zeros.t()), dim=-1).to(torch.bfloat16)
+    return QuantizedWeight(
+        kind="int4",
+        data=packed,
+        scales=scales_and_zeros.contiguous(),  # [in / group, out, 2]
+        out_features=out_features,
+        in_features=in_features,
+    )
+
+
+def concat(weights: list[QuantizedWeight]) -> QuantizedWeight:
+    """One weight for several products over the same input (fused q/k/v)."""
+    first = weights[0]
+    if first.kind == "int8":
+        data = torch.cat([w.data for w in weights])
+        scales = torch.cat([w.scales for w in weights])
+    else:  # the packing tiles output channels: concatenate the values, pack again
+        values = [_unpack_int4(w.data, w.out_features, w.in_features) for w in weights]
+        data = _pack_int4(torch.cat(values))
+        scales = torch.cat([w.scales for w in weights], dim=1).contiguous()
+    return replace(
+        first, data=data, scales=scales, out_features=sum(w.out_features for w in weights)
+    )
+
+
+def _pack_int4(values: torch.Tensor) -> torch.Tensor:
+    """[out, in] int32 values 0..15 -> the CPU kernel's packed uint8 layout."""
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(values, INT4_INNER_K_TILES)
+
+
+def _unpack_int4(packed: torch.Tensor, out_features: int, in_features: int) -> torch.Tensor:
+    """The 0..15 values of a CPU-packed int4 weight, by multiplying it by the identity."""
+    eye = torch.eye(in_features, dtype=torch.bfloat16)
+    group = in_features // INT4_GROUP
+    ones = torch.zeros(group, out_features, 2, dtype=torch.bfloat16)
+    ones[..., 0] = 1  # scale 1, zero 8: the product gives back q
+    ones[..., 1] = 8
+    values = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, packed, INT4_GROUP, ones)
+    return values.t().round().to(torch.int32)  # [out, in]
+
+
+def weight_fingerprint(weight: torch.Tensor) -> str:
+    """A short hash of a strided sample of a dense weight, rounded to bfloat16 first so that a
+    model loaded in float32 or bfloat16 from the same files hashes alike."""
+    sample = weight.detach().flatten()[:: max(1, weight.numel() // 65536)]
+    sample = sample.to(torch.bfloat16).float().cpu().contiguous()
+    digest = hashlib.sha256(sample.numpy().tobytes())
+    digest.update(str(tuple(weight.shape)).encode())
+    return digest.hexdigest()[:16]
+
+
+class QuantizedLinear(nn.Module):
+    """nn.Linear's interface over a QuantizedWeight (so the model's own forward still runs)."""
+
+    def __init__(self, weight: QuantizedWeight, bias: torch.Tensor | None, fingerprint: str):
+        super().__init__()
+        self.quantized = weight
+        self.dense_fingerprint = fingerprint  # weight_fingerprint of the weight it replaced
+        self.in_features = weight.in_features
+        self.out_features = weight.out_features
+        self.bias = nn.Parameter(bias, requires_grad=False) if bias is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)  # [R, in]
+        out = self.quantized.matmul(flat)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        kind = self.quantized.kind
+        return f"in_features={self.in_features}, out_features={self.out_features}, {kind}"
+
+
+def unsupported_reason(kind: Quantization, in_features: int) -> str | None:
+    """Why a product over `in_features` inputs cannot be quantized this way, if it cannot."""
+    if kind == "int4" and in_features % max(INT4_GROUP, 16 * INT4_INNER_K_TILES):
+        return f"int4 needs input sizes divisible by {INT4_GROUP} (this model has {in_features})"
+    return None
+
+
+def quantizable_linears(model: Any) -> Iterator[tuple[nn.Module, str, nn.Linear]]:
+    """(parent, attribute, module) for every plain linear of the decoder layers and the head."""
+    for layer in model.base_model.layers:
+        for parent in layer.modules():
+            for name, child in list(parent.named_children()):
+                if type(child) is nn.Linear:
+                    yield parent, name, child
+    head = model.get_output_embeddings()
+    if type(head) is nn.Linear:
+        for parent in model.modules():
+            for name, child in list(parent.named_children()):
+                if child is head:
+                    yield parent, name, child
+
+
+def quantize_model(model: Any, kind: Quantization) -> int:
+    """Swap the linears for QuantizedLinear (`kind`), in place; returns bytes of weights freed.
+    A tied LM head gets its own quantized copy; the embedding table it shares stays dense."""
+    if kind == "none":
+        return 0
+    dtype = model.get_input_embeddings().weight.dtype
+    freed = 0
+    for parent, name, linear in list(quantizable_linears(model)):
+        reason = unsupported_reason(kind, linear.in_features)
+        if reason is not None:
+            raise ValueError(reason)
+        with torch.no_grad():
+            weight = quantize_weight(linear.weight, kind, dtype)
+        bias = linear.bias.detach() if linear.bias is not None else None
+        fingerprint = weight_fingerprint(linear.weight)
+        setattr(parent, name, QuantizedLinear(weight, bias, fingerprint))
+        freed += linear.weight.numel() * linear.weight.element_size() - weight.nbytes()
+    if getattr(model.config, "tie_word_embeddings", False):
+        model.config.tie_word_embeddings = False  # the head is no longer the embedding
+    return freed

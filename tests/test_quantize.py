@@ -1,0 +1,98 @@
+"""Weight-only int8 / int4 products against their dequantized reference, and whole tiny models
+of real architectures quantized in place."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memosight_lsp.engine.quantize import (
+    INT4_GROUP,
+    QuantizedLinear,
+    concat,
+    quantize_model,
+    quantize_weight,
+)
+from tests.tiny_models import tiny_causal_lm
+
+KINDS = ["int8", "int4"]
+
+
+def weight(out_features: int = 96, in_features: int = 256, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(out_features, in_features, generator=generator) / 16
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("rows", [1, 2, 7, 16])
+def test_products_equal_the_dequantized_reference(kind, rows):
+    w = weight()
+    q = quantize_weight(w, kind, torch.bfloat16)
+    x = torch.randn(rows, w.shape[1], generator=torch.Generator().manual_seed(1)).bfloat16()
+    reference = x.float() @ q.dequantized().t()  # [R, out]
+    got = q.matmul(x).float()
+    # bf16 accumulation/rounding of the output only: ~1% of the output's scale.
+    assert (got - reference).abs().max() <= 0.02 * reference.abs().max()
+
+
+@pytest.mark.parametrize(("kind", "bound"), [("int8", 0.01), ("int4", 0.1)])
+def test_dequantized_weights_stay_close_to_the_original(kind, bound):
+    w = weight()
+    error = (quantize_weight(w, kind, torch.bfloat16).dequantized() - w).abs().max()
+    assert 0 < error <= bound * w.abs().max()
+
+
+def test_int8_scales_are_per_output_channel():
+    w = weight()
+    w[3] *= 100  # one loud channel must not coarsen the others
+    q = quantize_weight(w, "int8", torch.float32)
+    assert q.scales.shape == (w.shape[0],)
+    quiet = (q.dequantized() - w)[torch.arange(w.shape[0]) != 3].abs().max()
+    assert quiet <= w[torch.arange(w.shape[0]) != 3].abs().max() / 127
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_concatenated_and_sliced_weights_compute_the_same(kind):
+    parts = [quantize_weight(weight(n, seed=n), kind, torch.bfloat16) for n in (64, 32, 32)]
+    fused = concat(parts)
+    x = torch.randn(3, 256).bfloat16()
+    outs = fused.matmul(x)
+    assert torch.equal(outs, torch.cat([p.matmul(x) for p in parts], dim=1))
+    assert torch.equal(fused.rows(64, 96).matmul(x), parts[1].matmul(x))
+
+
+def test_int4_needs_groups_that_divide_the_input():
+    lm = tiny_causal_lm("llama", vocab_size=300, eos_id=0, pad_id=0)
+    assert lm.config.hidden_size % INT4_GROUP != 0  # 64 inputs: too narrow for 128-groups
+    with pytest.raises(ValueError, match="int4 needs input sizes divisible by 128"):
+        quantize_model(lm, "int4")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral"])
+def test_a_quantized_model_still_runs_its_own_forward(arch):
+    dense = tiny_causal_lm(arch, vocab_size=300, eos_id=0, pad_id=0).to(torch.bfloat16)
+    ids = torch.randint(0, 300, (1, 24), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        reference = dense(ids).logits.float()
+    quantized = tiny_causal_lm(arch, vocab_size=300, eos_id=0, pad_id=0).to(torch.bfloat16)
+    freed = quantize_model(quantized, "int8")
+    assert freed > 0
+    linears = [m for m in quantized.modules() if isinstance(m, QuantizedLinear)]
+    assert len(linears) == 7 * quantized.config.num_hidden_layers + 1  # q k v o gate up down, head
+    assert not any(type(m) is torch.nn.Linear for m in quantized.modules())
+    with torch.no_grad():
+        logits = quantized(ids).logits.float()
+    assert not torch.equal(logits, reference)
+    agree = (logits.argmax(-1) == reference.argmax(-1)).float().mean()
+    assert agree >= 0.9
+    assert (logits - reference).abs().max() < 0.1 * reference.abs().max()
+
+
+def test_a_tied_head_gets_its_own_copy_and_the_embedding_stays():
+    lm = tiny_causal_lm("llama", vocab_size=300, eos_id=0, pad_id=0).to(torch.bfloat16)
+    assert lm.config.tie_word_embeddings
+    table = lm.get_input_embeddings().weight.clone()
+    quantize_model(lm, "int8")
+    assert isinstance(lm.get_output_embeddings(), QuantizedLinear)
+    assert torch.equal(lm.get_input_embeddings().weight, table)
+    assert not lm.config.tie_word_embeddings
