@@ -13,6 +13,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 Device = Literal["auto", "cpu", "cuda"]
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+Quantization = Literal["auto", "none", "int8", "int4"]
 MultilinePolicy = Literal["auto", "always", "never"]
 MidWordPolicy = Literal["complete", "skip"]
 # "lossless-draft": a compressed KV cache only drafts, output stays identical to greedy.
@@ -24,7 +25,10 @@ KvCompression = Literal["off", "lossless-draft", "lossy-snapkv"]
 class ModelSettings:
     path: str | None = None  # None: the embedded default model
     device: Device = "auto"  # auto: CUDA when available, else CPU
-    dtype: Dtype = "auto"  # auto: float32 on CPU (lossless), bfloat16 on CUDA
+    # auto: bfloat16 on CUDA; on a CPU the fastest of float32 / bfloat16 / int8 for this model,
+    # measured once per machine (engine/precision.py).
+    dtype: Dtype = "auto"
+    quantization: Quantization = "auto"  # weight-only int8 / int4 of the linear layers (CPU)
     fim_format: str = "auto"  # auto, none, qwen, starcoder, deepseek, codellama, codegemma
 
 

@@ -46,7 +46,7 @@ def test_an_f32_gguf_loads_the_very_weights_it_holds(tmp_path, arch):
     assert type(loaded.model) is type(source)
     info = loaded.describe()
     assert info["source"] == str(path.resolve())
-    assert info["quantization"] == "ALL_F32 (F32 100%)"
+    assert info["gguf"] == "ALL_F32 (F32 100%)"
     assert info["fimFormat"] == "qwen"  # the tokenizer came from the file, special tokens too
     assert loaded.tokenizer.eos_token_id in loaded.stop_token_ids
 
@@ -69,7 +69,7 @@ def test_a_quantized_gguf_is_dequantized_close_to_its_source(tmp_path):
     reference, dequantized = logits_of(source, ids), logits_of(loaded.model, ids)
     assert not torch.equal(reference, dequantized)  # it really was quantized
     assert (reference - dequantized).abs().max() < 0.05
-    assert loaded.describe()["quantization"].startswith("MOSTLY_Q8_0 (Q8_0 ")
+    assert loaded.describe()["gguf"].startswith("MOSTLY_Q8_0 (Q8_0 ")
 
 
 def test_the_second_load_reuses_the_converted_folder(tmp_path):
@@ -78,27 +78,28 @@ def test_the_second_load_reuses_the_converted_folder(tmp_path):
     heard: list[str] = []
     first = load_model(path, device="cpu", dtype="float32", progress=heard.append)
     assert any("converting tiny.gguf" in m for m in heard)
-    folder = gguf_files.converted_folder(path, torch.float32)
+    folder = gguf_files.converted_folder(path)
     assert (folder / "gguf.json").is_file()
     assert not list(folder.parent.glob("*.partial-*"))  # nothing half-written left behind
     heard.clear()
     second = load_model(path, device="cpu", dtype="float32", progress=heard.append)
     assert heard == []
-    assert second.describe()["quantization"] == first.describe()["quantization"]
-    # Another precision is another folder; the file's digest is not recomputed.
-    bf16 = load_model(path, device="cpu", dtype="bfloat16")
+    assert second.describe()["gguf"] == first.describe()["gguf"]
+    # Another precision loads from the same folder.
+    bf16 = load_model(path, device="cpu", dtype="bfloat16", progress=heard.append)
+    assert heard == []
     assert bf16.dtype == torch.bfloat16
     assert next(bf16.model.parameters()).dtype == torch.bfloat16
-    assert len(list(folder.parent.glob("*-bfloat16"))) == 1
+    assert [p.name for p in folder.parent.iterdir() if p.is_dir()] == [folder.name]
 
 
 def test_a_changed_file_is_converted_again(tmp_path):
     path = tmp_path / "tiny.gguf"
     write_tiny_gguf(path, "llama", "F32", seed=0)
-    first = gguf_files.converted_folder(path, torch.float32)
+    first = gguf_files.converted_folder(path)
     write_tiny_gguf(path, "llama", "F32", seed=1)
     os.utime(path, ns=(1, 1))  # a different mtime, as a rewrite would give
-    assert gguf_files.converted_folder(path, torch.float32) != first
+    assert gguf_files.converted_folder(path) != first
 
 
 def write_gguf_with_tensor(path: Path, arch: str, qtype: GGMLQuantizationType) -> None:
@@ -154,7 +155,7 @@ def test_models_command_shows_the_source_file_and_quantization(tmp_path):
             [*command, "--json"], capture_output=True, text=True, env=env, check=True
         ).stdout
     )
-    assert info["quantization"].startswith("MOSTLY_Q8_0")
+    assert info["gguf"].startswith("MOSTLY_Q8_0")
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +169,7 @@ def smollm2_gguf() -> Path:
 @pytest.mark.slow
 def test_a_real_registry_shipped_gguf_completes_code(smollm2_gguf):
     loaded = load_model(smollm2_gguf, device="cpu", dtype="float32")
-    assert loaded.describe()["quantization"].startswith("MOSTLY_Q4_1 (Q4_1 ")
+    assert loaded.describe()["gguf"].startswith("MOSTLY_Q4_1 (Q4_1 ")
     assert type(loaded.model).__name__ == "LlamaForCausalLM"
     tokenizer = loaded.tokenizer
     # A model whose weights came back wrong (a missed q/k permutation, a bad dequantization)

@@ -29,11 +29,12 @@ def run(args: argparse.Namespace) -> int:
         f"architecture: {info['architecture']}",
         f"parameters:   {info['parameters'] / 1e6:.2f}M",
         f"FIM format:   {info['fimFormat'] or 'none (prefix-only prompts)'}",
-        f"device:       {info['device']} ({info['dtype']})",
+        f"device:       {info['device']}",
+        f"precision:    {info['precision']} ({info['precisionReason']})",
         f"vocabulary:   {info['vocabSize']} tokens",
         f"load time:    {info['loadSeconds']:.2f} s",
     ]
-    if info["quantization"]:
-        lines.insert(2, f"GGUF file:    {info['quantization']}, dequantized")
+    if info["gguf"]:
+        lines.insert(2, f"GGUF file:    {info['gguf']}")
     emit("\n".join(lines), as_json=False)
     return 0

@@ -1,11 +1,13 @@
 """GGUF files as models: dequantized once into a Hugging Face folder in the user cache.
 
 A `.gguf` file (what llama.cpp, Ollama and LM Studio keep on disk) holds the config, the
-tokenizer and quantized weights. The first load reads it tensor by tensor, dequantizes each into
-the precision asked for and writes a plain folder (config.json, tokenizer, safetensors shards)
-under $XDG_CACHE_HOME/memosight/gguf/<sha256 of the file>-<dtype>/; later loads find that folder
-and take seconds. The folder appears whole or not at all (written beside it, then renamed), and
-`gguf.json` in it says where it came from and how the file was quantized.
+tokenizer and quantized weights. The first load reads it tensor by tensor, dequantizes each and
+writes a plain folder (config.json, tokenizer, safetensors shards) under
+$XDG_CACHE_HOME/memosight/gguf/<sha256 of the file>/; later loads find that folder and take
+seconds. Weights are stored in bfloat16 (the bits it drops lie below the file's own
+quantization error), in float32 for files that were not quantized; the model is then loaded in
+whatever precision the settings choose. The folder appears whole or not at all (written beside
+it, then renamed), and `gguf.json` in it says where it came from and how it was quantized.
 
 Nothing here runs code from the file: GGUF is a data format (metadata and arrays).
 """
@@ -81,10 +83,8 @@ def file_digest(path: Path) -> str:
     return value
 
 
-def converted_folder(
-    path: str | os.PathLike, dtype: torch.dtype, *, progress: Progress | None = None
-) -> Path:
-    """The Hugging Face folder for this GGUF file in `dtype`, converting it the first time."""
+def converted_folder(path: str | os.PathLike, *, progress: Progress | None = None) -> Path:
+    """The Hugging Face folder for this GGUF file, converting it the first time."""
     source = Path(path).expanduser()
     if not source.is_file():
         raise GgufError(f"GGUF file not found: {source}")
@@ -92,10 +92,10 @@ def converted_folder(
         digest = file_digest(source)
     except OSError as err:
         raise GgufError(f"cannot read {source}: {err.strerror or err}") from err
-    folder = cache_root() / f"{digest[:24]}-{_dtype_name(dtype)}"
+    folder = cache_root() / digest[:24]
     if (folder / SOURCE_FILE).is_file():
         return folder
-    _convert(source, digest, dtype, folder, progress or (lambda message: None))
+    _convert(source, digest, folder, progress or (lambda message: None))
     return folder
 
 
@@ -119,7 +119,7 @@ def summary_of(folder: Path) -> GgufSummary | None:
 # -- conversion ------------------------------------------------------------------------------
 
 
-def _convert(source: Path, digest: str, dtype: torch.dtype, folder: Path, progress: Progress):
+def _convert(source: Path, digest: str, folder: Path, progress: Progress):
     from gguf import GGUFReader
 
     try:
@@ -128,6 +128,7 @@ def _convert(source: Path, digest: str, dtype: torch.dtype, folder: Path, progre
         raise GgufError(f"{source} is not a readable GGUF file: {_one_line(err)}") from err
     config = _config(source)
     _check_tensor_types(reader, source)
+    dtype = _storage_dtype(reader)
     work = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -146,7 +147,7 @@ def _convert(source: Path, digest: str, dtype: torch.dtype, folder: Path, progre
                 "architecture": summary.architecture,
                 "fileType": summary.file_type,
                 "tensorTypes": summary.tensor_types,
-                "dtype": _dtype_name(dtype),
+                "dtype": str(dtype).removeprefix("torch."),
             },
         )
         shutil.rmtree(folder, ignore_errors=True)  # a stale folder without gguf.json
@@ -318,8 +319,13 @@ def _field(reader: Any, key: str) -> Any:
     return part.tolist()[0] if len(part) else None
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+def _storage_dtype(reader: Any) -> torch.dtype:
+    """float32 for files whose matrices were not quantized (F32 / F16), else bfloat16."""
+    from gguf import GGMLQuantizationType
+
+    dense = {GGMLQuantizationType.F32, GGMLQuantizationType.F16}
+    matrices = [t for t in reader.tensors if len(t.shape) > 1]
+    return torch.float32 if all(t.tensor_type in dense for t in matrices) else torch.bfloat16
 
 
 def _read_json(path: Path) -> dict:

@@ -17,9 +17,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from . import gguf
+from . import gguf, precision
 from .fim import FimFormat, resolve_fim_format
 from .fused_trunk import trunk_for
+from .quantize import quantize_model
 
 EMBEDDED_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
@@ -39,7 +40,8 @@ class LoadedModel:
     name: str
     embedded: bool
     device: torch.device
-    dtype: torch.dtype
+    dtype: torch.dtype  # of the activations and the weights left dense
+    precision: precision.Precision
     num_parameters: int
     load_seconds: float
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
@@ -50,12 +52,14 @@ class LoadedModel:
             "name": self.name,
             "source": self.source,
             "embedded": self.embedded,
-            "quantization": self.gguf.describe() if self.gguf else None,
+            "gguf": self.gguf.describe() if self.gguf else None,
             "architecture": type(self.model).__name__,
             "fimFormat": self.fim.name if self.fim else None,
             "parameters": self.num_parameters,
             "device": str(self.device),
             "dtype": str(self.dtype).removeprefix("torch."),
+            "precision": self.precision.describe(),
+            "precisionReason": self.precision.reason,
             "vocabSize": len(self.tokenizer),
             "loadSeconds": round(self.load_seconds, 3),
         }
@@ -71,32 +75,14 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """fp32 on CPU: bf16 is not faster there for one token and breaks losslessness; bf16 on GPU."""
-    if dtype == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float32
-    try:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
-            dtype
-        ]
-    except KeyError:
-        choices = "auto, float32, bfloat16 or float16"
-        raise ModelLoadError(f"unknown dtype {dtype!r}; use {choices}") from None
-
-
 def model_folder(
-    path: str | os.PathLike | None,
-    *,
-    dtype: torch.dtype = torch.float32,
-    progress: gguf.Progress | None = None,
+    path: str | os.PathLike | None, *, progress: gguf.Progress | None = None
 ) -> tuple[Path, bool]:
     """The folder to load from and whether it is the embedded default; checks it looks loadable.
-    A .gguf file is converted into a cached folder of `dtype` weights the first time."""
+    A .gguf file is converted into a cached folder the first time."""
     if path is not None and gguf.is_gguf(path):
         try:
-            return gguf.converted_folder(path, dtype, progress=progress), False
+            return gguf.converted_folder(path, progress=progress), False
         except gguf.GgufError as err:
             raise ModelLoadError(str(err)) from err
     embedded = path is None
@@ -156,48 +142,32 @@ def load_model(
     *,
     device: str = "auto",
     dtype: str = "auto",
+    quantization: str = "auto",
     fim_format: str = "auto",
     progress: gguf.Progress | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from a local folder or a .gguf file (None: the
-    embedded default). `progress` hears about long steps (converting a GGUF file)."""
+    embedded default), in the precision the settings ask for or, for `auto`, the one measured
+    fastest for it here (engine/precision.py). `progress` hears about long steps."""
     started = time.perf_counter()
     hf_logging.disable_progress_bar()  # a bar per load is noise in editor logs and CLI output
     torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
-    folder, embedded = model_folder(path, dtype=torch_dtype, progress=progress)
+    try:
+        asked = precision.explicit(dtype, quantization, torch_device)
+    except ValueError as err:
+        raise ModelLoadError(str(err)) from err
+    folder, embedded = model_folder(path, progress=progress)
     try:
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
     except (ValueError, KeyError) as err:
         raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
     tokenizer = load_tokenizer(folder)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            folder,
-            config=config,
-            dtype=torch_dtype,
-            local_files_only=True,
-            attn_implementation="sdpa",
-        )
-    except (torch.OutOfMemoryError, MemoryError) as err:
-        raise ModelLoadError(f"out of memory loading {folder} on {torch_device}") from err
-    except ValueError as err:
-        if "sdpa" in str(err).lower() or "attention" in str(err).lower():
-            model = AutoModelForCausalLM.from_pretrained(
-                folder, config=config, dtype=torch_dtype, local_files_only=True
-            )
-        else:
-            raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
-    except Exception as err:
-        raise ModelLoadError(f"cannot load the model in {folder}: {_one_line(err)}") from err
-    try:
-        model.to(torch_device)  # type: ignore[arg-type]
-    except (torch.OutOfMemoryError, MemoryError) as err:
-        raise ModelLoadError(f"out of memory moving the model to {torch_device}") from err
-    model.eval()
-    # The decoders' trunk re-lays the weights out once (fused_trunk): part of loading, not of
-    # the first keystroke.
-    trunk_for(model)
+
+    def load(chosen: precision.Precision) -> Any:
+        return _load_weights(folder, config, chosen, torch_device)
+
+    chosen = asked or precision.choose(folder, load, tokenizer, progress=progress)
+    model, num_parameters = _load_weights(folder, config, chosen, torch_device, count=True)
     try:
         fim = resolve_fim_format(tokenizer.get_vocab(), fim_format)
     except ValueError as err:
@@ -215,12 +185,58 @@ def load_model(
         name=name,
         embedded=embedded,
         device=torch_device,
-        dtype=torch_dtype,
-        num_parameters=sum(p.numel() for p in model.parameters()),
+        dtype=chosen.dtype,
+        precision=chosen,
+        num_parameters=num_parameters,
         load_seconds=time.perf_counter() - started,
         stop_token_ids=stop_token_ids(tokenizer, fim),
         gguf=origin,
     )
+
+
+def _load_weights(
+    folder: Path,
+    config: Any,
+    chosen: precision.Precision,
+    device: torch.device,
+    *,
+    count: bool = False,
+) -> Any:
+    """The model in eval mode on `device` in the chosen precision, its trunk built (with
+    `count`: also the number of parameters it had before quantization)."""
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            folder,
+            config=config,
+            dtype=chosen.dtype,
+            local_files_only=True,
+            attn_implementation="sdpa",
+        )
+    except (torch.OutOfMemoryError, MemoryError) as err:
+        raise ModelLoadError(f"out of memory loading {folder} on {device}") from err
+    except ValueError as err:
+        if "sdpa" in str(err).lower() or "attention" in str(err).lower():
+            model = AutoModelForCausalLM.from_pretrained(
+                folder, config=config, dtype=chosen.dtype, local_files_only=True
+            )
+        else:
+            raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
+    except Exception as err:
+        raise ModelLoadError(f"cannot load the model in {folder}: {_one_line(err)}") from err
+    num_parameters = sum(p.numel() for p in model.parameters())
+    try:
+        model.to(device)  # type: ignore[arg-type]
+    except (torch.OutOfMemoryError, MemoryError) as err:
+        raise ModelLoadError(f"out of memory moving the model to {device}") from err
+    model.eval()
+    try:
+        quantize_model(model, chosen.quantization)
+    except ValueError as err:
+        raise ModelLoadError(f"cannot quantize {folder} as {chosen.quantization}: {err}") from err
+    # The decoders' trunk re-lays the weights out once (fused_trunk): part of loading, not of
+    # the first keystroke.
+    trunk_for(model)
+    return (model, num_parameters) if count else model
 
 
 def _one_line(err: BaseException) -> str:

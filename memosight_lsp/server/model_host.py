@@ -63,7 +63,9 @@ class ModelHost:
                 settings.path,
                 device=settings.device,
                 dtype=settings.dtype,
+                quantization=settings.quantization,
                 fim_format=settings.fim_format,
+                progress=self._progress,
             )
         except ModelLoadError as err:
             self._fail(spec, str(err))
@@ -89,6 +91,13 @@ class ModelHost:
             )
         log.info("%s", self.message)
         self._on_state("ready", self.message, loaded.name)
+
+    def _progress(self, message: str) -> None:
+        """A long loading step (converting a GGUF file, measuring precisions) as the status."""
+        with self._lock:
+            self.message = message
+        log.info("model: %s", message)
+        self._on_state("loading", message, None)
 
     def _fail(self, spec: tuple, message: str) -> None:
         with self._lock:

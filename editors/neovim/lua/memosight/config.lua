@@ -56,6 +56,7 @@ local SETTINGS_SCHEMA = {
     path = "string?",
     device = { "auto", "cpu", "cuda" },
     dtype = { "auto", "float32", "bfloat16", "float16" },
+    quantization = { "auto", "none", "int8", "int4" },
     fimFormat = "string",
   },
   completion = {
