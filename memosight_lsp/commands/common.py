@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
+from memosight_lsp.workspace.files import is_binary
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +67,7 @@ def read_source_file(path: str) -> str:
     if not file.is_file():
         raise ValueError(f"no such file: {path}")
     data = file.read_bytes()
-    if b"\0" in data[:8192]:
+    if is_binary(data):
         raise ValueError(f"{path} looks like a binary file")
     return data.decode("utf-8", errors="replace")
 

@@ -16,7 +16,7 @@ from memosight_lsp.engine.fused_trunk import FusedTrunk, trunk_for
 from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
 from memosight_lsp.engine.loading import LoadedModel, position_limit
 from memosight_lsp.engine.speculative import SpeculativeDecoder
-from memosight_lsp.workspace.files import MAX_FILE_BYTES
+from memosight_lsp.workspace.files import indexable_text
 
 from . import postprocess
 from .healing import HealingConstraint, VocabularyText
@@ -91,11 +91,6 @@ class Completion:
 Decoder = Callable[..., Generation]
 
 
-def indexable(text: str) -> bool:
-    """What the workspace index would take on disk: at most 1 MB, no NUL bytes."""
-    return len(text) <= MAX_FILE_BYTES and "\x00" not in text
-
-
 class CompletionEngine:
     """Completes at a cursor with one loaded model. Not thread-safe: one worker calls it."""
 
@@ -158,7 +153,7 @@ class CompletionEngine:
             budget_tokens=budget,
             count_tokens=self.count_tokens,
             # A huge or binary text is not parsed for ranking: it gets its own lines only.
-            index=request.index if indexable(request.text) else None,
+            index=request.index if indexable_text(request.text) else None,
             open_buffers=request.open_buffers,
             recent_edits=request.recent_edits,
             rerank=self.chunk_rerank(budget),

@@ -22,8 +22,9 @@ from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.completion.service import Completion, CompletionRequest
 from memosight_lsp.config import Settings
 from memosight_lsp.workspace import WorkspaceIndex
+from memosight_lsp.workspace.files import is_binary
 
-from .documents import LineIndex, looks_binary, window_at
+from .documents import LineIndex, window_at
 from .model_host import ModelHost
 from .stats import ServerStats
 
@@ -203,7 +204,7 @@ class CompletionFlow:
         if self.host.state == "error":
             return Outcome(reason=f"model error: {self.host.message}", position=cursor.position)
         window, request = self.request_for(cursor.text, cursor.offset, cursor, settings)
-        if looks_binary(window):
+        if is_binary(window.text):
             return Outcome(reason="the file looks binary (NUL bytes)", position=cursor.position)
         key = (cursor.offset, len(cursor.text), hash(cursor.text), self.generation)
         if self._known_empty.get(cursor.uri) == key:
@@ -309,7 +310,7 @@ class CompletionFlow:
         """Why there would be no completion at this cursor, if any."""
         window = window_at(cursor.text, cursor.offset)
         reason = self.refusal(cursor, settings)
-        if reason is None and looks_binary(window):
+        if reason is None and is_binary(window.text):
             reason = "the file looks binary (NUL bytes)"
         if reason is None and self.host.state == "error":
             reason = f"model error: {self.host.message}"

@@ -89,7 +89,3 @@ def sanitize(text: str) -> str:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-8", "replace").decode("utf-8")
-
-
-def looks_binary(window: Window) -> bool:
-    return "\x00" in window.text

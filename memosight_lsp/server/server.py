@@ -21,9 +21,10 @@ from memosight_lsp import __version__
 from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.completion.service import Completion
 from memosight_lsp.config import Settings, parse_settings
+from memosight_lsp.workspace.files import indexable_text
 
 from .completions import CompletionFlow, ContextInputs, Cursor
-from .indexes import WorkspaceIndexes, indexable_text
+from .indexes import WorkspaceIndexes
 from .model_host import ModelHost, ModelState
 from .protocol import RobustProtocol
 from .stats import ServerStats
