@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from memosight_lsp.config import Settings, parse_settings, settings_to_wire
+from memosight_lsp.config import Settings, parse_settings, settings_to_wire, unwrap_settings
 
 
 def test_empty_gives_defaults():
@@ -14,6 +14,20 @@ def test_camel_case_and_wrapped_section():
     assert problems == []
     assert settings.completion.max_new_tokens == 32
     assert settings.model.path == "/m"
+
+
+def test_one_unwrap_rule_a_memosight_key_wraps_the_tree_and_its_neighbours_are_not_ours():
+    # A client may push every section it has (other servers' settings beside ours).
+    pushed = {"memosight": {"enable": False}, "python": {"analysis": {"typeCheckingMode": "x"}}}
+    assert unwrap_settings(pushed) == {"enable": False}
+    settings, problems = parse_settings(pushed)
+    assert settings.enable is False and problems == []
+    # The tree itself (it has no "memosight" setting) and anything that is no object: as is.
+    assert unwrap_settings({"enable": False}) == {"enable": False}
+    assert unwrap_settings(None) is None
+    assert unwrap_settings(["memosight"]) == ["memosight"]
+    assert unwrap_settings({"memosight": None}) is None
+    assert parse_settings({"memosight": None}) == (Settings(), [])
 
 
 def test_invalid_values_fall_back_to_defaults_with_reasons():

@@ -14,6 +14,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import PositionCodec
 
 from memosight_lsp.completion.prompt import Prompt
+from memosight_lsp.config import SECTION
 from memosight_lsp.context import Snippet
 from memosight_lsp.workspace import WorkspaceIndex
 
@@ -204,7 +205,7 @@ async def pull_configuration(ls: MemoSightServer) -> None:
     try:
         result = await asyncio.wait_for(
             ls.workspace_configuration_async(
-                types.ConfigurationParams(items=[types.ConfigurationItem(section="memosight")])
+                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
             ),
             timeout=5,
         )

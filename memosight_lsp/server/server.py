@@ -20,7 +20,7 @@ from pygls.workspace import TextDocument
 from memosight_lsp import __version__
 from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.completion.service import Completion
-from memosight_lsp.config import Settings, parse_settings
+from memosight_lsp.config import Settings, parse_settings, unwrap_settings
 from memosight_lsp.workspace.files import indexable_text
 
 from .completions import CompletionFlow, ContextInputs, Cursor
@@ -43,13 +43,6 @@ def deep_merge(base: dict, update: dict) -> dict:
         else:
             merged[key] = value
     return merged
-
-
-def unwrap_settings(raw: Any) -> Any:
-    """Accept {"memosight": {...}} or the tree itself."""
-    if isinstance(raw, dict) and "memosight" in raw:
-        return raw["memosight"]
-    return raw
 
 
 class MemoSightServer(LanguageServer):
