@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from memosight_lsp.completion.service import CompletionRequest
 from memosight_lsp.config import Settings, parse_settings, settings_to_wire, unwrap_settings
 
 
@@ -65,3 +66,37 @@ def test_round_trip_through_the_wire_form():
     assert wire["completion"]["maxNewTokens"] == 64
     assert wire["context"]["budgetTokens"] == 1024
     assert parse_settings(wire) == (Settings(), [])
+
+
+def test_completion_request_defaults_are_the_settings_defaults():
+    cursor = {"text": "value = 1\n", "line": 0, "column": 3}
+    assert CompletionRequest(**cursor) == CompletionRequest.from_settings(Settings(), **cursor)
+    assert CompletionRequest(**cursor).mid_word == "complete"  # as the settings say
+    # Every request field that comes from a setting follows it.
+    changed, _ = parse_settings(
+        {
+            "completion": {
+                "maxNewTokens": 7,
+                "multiline": "never",
+                "midWord": "skip",
+                "speculative": False,
+            },
+            "context": {"budgetTokens": 99},
+            "compression": {"kvCompression": "lossy-snapkv", "kvRatio": 8, "minPromptTokens": 5},
+        }
+    )
+    request, default = (
+        CompletionRequest.from_settings(changed, **cursor),
+        CompletionRequest(**cursor),
+    )
+    mapped = (
+        "max_new_tokens",
+        "budget_tokens",
+        "multiline",
+        "mid_word",
+        "plain",
+        "kv_compression",
+        "kv_ratio",
+        "min_prompt_tokens",
+    )
+    assert [f for f in mapped if getattr(request, f) == getattr(default, f)] == []

@@ -178,21 +178,14 @@ class CompletionFlow:
     def request_for(self, text: str, offset: int, cursor: Cursor, settings: Settings):
         window = window_at(text, offset)
         inputs = self._context_inputs(cursor, settings)
-        request = CompletionRequest(
+        request = CompletionRequest.from_settings(
+            settings,
             text=window.text,
             line=window.line,
             column=window.column,
             path=cursor.path,
             language_id=cursor.language_id,
             buffer_id=cursor.uri,
-            max_new_tokens=settings.completion.max_new_tokens,
-            budget_tokens=settings.context.budget_tokens,
-            multiline=settings.completion.multiline,
-            mid_word=settings.completion.mid_word,
-            plain=not settings.completion.speculative,
-            kv_compression=settings.compression.kv_compression,
-            kv_ratio=settings.compression.kv_ratio,
-            min_prompt_tokens=settings.compression.min_prompt_tokens,
             index=inputs.index,
             open_buffers=inputs.open_buffers,
             recent_edits=inputs.recent_edits,
