@@ -21,7 +21,7 @@ from memosight_lsp.workspace.files import indexable_text
 
 from . import postprocess
 from .healing import HealingConstraint, VocabularyText
-from .policy import describe_cursor, wants_multiline
+from .policy import describe_cursor, mid_word_refusal, wants_multiline
 from .positions import split_at
 from .prompt import MARKER_RESERVE, Prompt, build_prompt
 from .syntax import inside_expression
@@ -201,8 +201,9 @@ class CompletionEngine:
             else None
         )
         situation = describe_cursor(prefix, suffix, in_expression=syntax)
-        if request.mid_word == "skip" and situation.mid_word:
-            return Completion(text="", reason="the cursor is inside a word (midWord is 'skip')")
+        refused = mid_word_refusal(situation, request.mid_word)
+        if refused is not None:
+            return Completion(text="", reason=refused)
         multiline = wants_multiline(situation, request.multiline)
         prompt = self.prepare(request)
         tokenizer = self.loaded.tokenizer
