@@ -77,9 +77,13 @@ class CompletionFlow:
         settings: Callable[[], Settings],
         on_model_result: Callable[[Completion], None] = lambda c: None,
         context_inputs: Callable[[Cursor, Settings], ContextInputs] = lambda c, s: ContextInputs(),
+        current_version: Callable[[str], int | None] = lambda uri: None,
     ) -> None:
+        """`current_version(uri)`: the open document's version now (None if unknown), to drop a
+        model result whose document changed while it was computed."""
         self.scheduler = scheduler
         self._context_inputs = context_inputs
+        self._current_version = current_version
         self.host = host
         self.stats = stats
         self.lookahead = LookaheadCache()
@@ -253,9 +257,6 @@ class CompletionFlow:
         return Outcome(
             text=completion.text, reason=completion.reason, position=cursor.position, source="model"
         )
-
-    # Set by the server: the current version of an open document (None if unknown).
-    _current_version: Callable[[str], int | None] = staticmethod(lambda uri: None)
 
     def _run_model(
         self,

@@ -66,13 +66,13 @@ class MemoSightServer(LanguageServer):
             settings=lambda: self.settings,
             on_model_result=self._model_result_from_worker,
             context_inputs=self.context_inputs,
+            current_version=self._document_version,
         )
         self.indexes = WorkspaceIndexes(self._index_progress_from_thread)
         self.workspace_roots: list[str] = []  # folders from initialize / didChangeWorkspaceFolders
         self.indexing_started = False  # at `initialized` (or the first didOpen without it)
         # folder -> its scan's last $/progress message being sent (its result: the token)
         self._index_progress: dict[Path, asyncio.Task] = {}
-        self.flow._current_version = self._document_version  # type: ignore[method-assign]
         self.loop: asyncio.AbstractEventLoop | None = None
         self._shown: set[str] = set()
         self._progress_token: str | None = None
