@@ -151,8 +151,8 @@ class CompletionFlow:
 
         In order: the document is unknown (cursor None); completions are off, everywhere or for
         the language; the model failed to load; the text is binary; the cursor is inside a word
-        under midWord 'skip'. `complete` serves text the model already gave (type-through)
-        between the settings' reasons and the others, while the model loads on the way.
+        under midWord 'skip'. `complete` asks in two steps: the settings' reasons first, then,
+        when no text the model already gave is being typed through, the rest.
         """
         reason = self._switched_off(cursor, settings)
         if reason is None and cursor is not None:
