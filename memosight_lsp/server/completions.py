@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 _KV_COUNTERS = {"lossless-draft": "losslessDraftCalls", "lossy-snapkv": "lossySnapkvCalls"}
 
 UNKNOWN_DOCUMENT = "unknown document: it was never opened with didOpen"
+DISABLED = "completions are disabled (memosight.enable is false)"
 BINARY = "the file looks binary (NUL bytes)"
 
 
@@ -164,7 +165,7 @@ class CompletionFlow:
         if cursor is None:
             return UNKNOWN_DOCUMENT
         if not settings.enable:
-            return "completions are disabled (memosight.enable is false)"
+            return DISABLED
         if cursor.language_id and not settings.language_enabled(cursor.language_id):
             return f"completions are disabled for language '{cursor.language_id}'"
         return None

@@ -22,7 +22,7 @@ from memosight_lsp.completion.service import Completion
 from memosight_lsp.config import Settings, parse_settings, unwrap_settings
 from memosight_lsp.workspace.files import indexable_text
 
-from .completions import CompletionFlow, ContextInputs, Cursor
+from .completions import DISABLED, CompletionFlow, ContextInputs, Cursor
 from .indexes import WorkspaceIndexes
 from .model_host import ModelHost, ModelState
 from .progress import ProgressChains
@@ -185,7 +185,7 @@ class MemoSightServer(LanguageServer):
 
     def status(self) -> dict[str, Any]:
         if not self.settings.enable:
-            state, message = "disabled", "completions are disabled (memosight.enable is false)"
+            state, message = "disabled", DISABLED
         elif self.host.state == "idle":
             state, message = "loading", "the model loads at the first completion"
         else:
