@@ -20,6 +20,8 @@ MidWordPolicy = Literal["complete", "skip"]
 # "lossy-snapkv": decoding runs on the compressed cache, output may change (hence the name).
 KvCompression = Literal["off", "lossless-draft", "lossy-snapkv"]
 
+SECTION = "memosight"  # the settings section (workspace/configuration, the wrapper key)
+
 
 @dataclass(kw_only=True)
 class ModelSettings:
@@ -152,15 +154,25 @@ def _parse_into(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
     return cls(**values)
 
 
+def unwrap_settings(raw: Any) -> Any:
+    """The settings tree out of what a client sends: {"memosight": {...}} or the tree itself.
+
+    An object with a "memosight" key is a wrapper (the tree has no such setting): its value is
+    the tree and the sections beside it (other servers' settings, as a client may push them
+    all) are not ours. Anything else is taken as the tree.
+    """
+    if isinstance(raw, dict) and SECTION in raw:
+        return raw[SECTION]
+    return raw
+
+
 def parse_settings(raw: Any) -> tuple[Settings, list[str]]:
     """Settings from a camelCase JSON object, plus a list of problems (empty when all was valid).
 
-    Accepts the object itself or one wrapped as {"memosight": {...}}.
+    Accepts the object itself or one wrapped as {"memosight": {...}} (see unwrap_settings).
     """
-    if isinstance(raw, dict) and set(raw) == {"memosight"}:
-        raw = raw["memosight"]
     problems: list[str] = []
-    settings = _parse_into(Settings, raw, "", problems)
+    settings = _parse_into(Settings, unwrap_settings(raw), "", problems)
     return settings, problems
 
 

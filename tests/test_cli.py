@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from memosight_lsp.commands.common import cursor_column
+
 SAMPLE = Path(__file__).resolve().parent.parent / "memosight_lsp" / "samples" / "quickstart.py"
 
 
@@ -91,6 +93,27 @@ def test_bad_input_is_one_line_without_traceback(args, message):
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert result.stdout == ""
+
+
+def test_one_cursor_check_for_complete_and_context():
+    assert cursor_column('x = "😋" + y\n', 0, 8) == 7  # UTF-16: the emoji takes two units
+    assert cursor_column("ab\n", 0, 99) == 2  # clamped to the line
+    with pytest.raises(ValueError, match="--line 5 is outside the file"):
+        cursor_column("a\n", 5, 0)
+    with pytest.raises(ValueError, match="--character must be >= 0"):
+        cursor_column("a\n", 0, -1)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["complete", str(SAMPLE), "--line", "1", "--character", "-1"],
+        ["context", str(SAMPLE), "--line", "1", "--character", "-1", "--no-cache"],
+    ],
+)
+def test_a_negative_character_is_refused_by_both_commands(args):
+    result = memosight(*args)
+    assert result.returncode == 2 and "--character must be >= 0" in result.stderr
 
 
 def test_binary_file_is_refused(tmp_path):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from memosight_lsp.config import Settings, parse_settings, settings_to_wire
+from memosight_lsp.completion.service import CompletionRequest
+from memosight_lsp.config import Settings, parse_settings, settings_to_wire, unwrap_settings
 
 
 def test_empty_gives_defaults():
@@ -14,6 +15,20 @@ def test_camel_case_and_wrapped_section():
     assert problems == []
     assert settings.completion.max_new_tokens == 32
     assert settings.model.path == "/m"
+
+
+def test_one_unwrap_rule_a_memosight_key_wraps_the_tree_and_its_neighbours_are_not_ours():
+    # A client may push every section it has (other servers' settings beside ours).
+    pushed = {"memosight": {"enable": False}, "python": {"analysis": {"typeCheckingMode": "x"}}}
+    assert unwrap_settings(pushed) == {"enable": False}
+    settings, problems = parse_settings(pushed)
+    assert settings.enable is False and problems == []
+    # The tree itself (it has no "memosight" setting) and anything that is no object: as is.
+    assert unwrap_settings({"enable": False}) == {"enable": False}
+    assert unwrap_settings(None) is None
+    assert unwrap_settings(["memosight"]) == ["memosight"]
+    assert unwrap_settings({"memosight": None}) is None
+    assert parse_settings({"memosight": None}) == (Settings(), [])
 
 
 def test_invalid_values_fall_back_to_defaults_with_reasons():
@@ -51,3 +66,37 @@ def test_round_trip_through_the_wire_form():
     assert wire["completion"]["maxNewTokens"] == 64
     assert wire["context"]["budgetTokens"] == 1024
     assert parse_settings(wire) == (Settings(), [])
+
+
+def test_completion_request_defaults_are_the_settings_defaults():
+    cursor = {"text": "value = 1\n", "line": 0, "column": 3}
+    assert CompletionRequest(**cursor) == CompletionRequest.from_settings(Settings(), **cursor)
+    assert CompletionRequest(**cursor).mid_word == "complete"  # as the settings say
+    # Every request field that comes from a setting follows it.
+    changed, _ = parse_settings(
+        {
+            "completion": {
+                "maxNewTokens": 7,
+                "multiline": "never",
+                "midWord": "skip",
+                "speculative": False,
+            },
+            "context": {"budgetTokens": 99},
+            "compression": {"kvCompression": "lossy-snapkv", "kvRatio": 8, "minPromptTokens": 5},
+        }
+    )
+    request, default = (
+        CompletionRequest.from_settings(changed, **cursor),
+        CompletionRequest(**cursor),
+    )
+    mapped = (
+        "max_new_tokens",
+        "budget_tokens",
+        "multiline",
+        "mid_word",
+        "plain",
+        "kv_compression",
+        "kv_ratio",
+        "min_prompt_tokens",
+    )
+    assert [f for f in mapped if getattr(request, f) == getattr(default, f)] == []

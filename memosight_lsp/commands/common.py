@@ -6,34 +6,38 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from memosight_lsp.completion.positions import utf16_to_index
+from memosight_lsp.config import Device, Dtype, ModelSettings, Quantization
 from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
+from memosight_lsp.workspace.files import is_binary
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
+    defaults = ModelSettings()  # the editor settings' defaults (config.py)
     group = parser.add_argument_group("model")
     group.add_argument(
         "--model",
         metavar="PATH",
         help="a local Hugging Face model folder or a .gguf file (default: the embedded model)",
     )
-    group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    group.add_argument("--device", default=defaults.device, choices=get_args(Device))
     group.add_argument(
         "--dtype",
-        default="auto",
-        choices=("auto", "float32", "bfloat16", "float16"),
+        default=defaults.dtype,
+        choices=get_args(Dtype),
         help="auto: bfloat16 on CUDA, on a CPU what measured fastest for the model (once)",
     )
     group.add_argument(
         "--quantization",
-        default="auto",
-        choices=("auto", "none", "int8", "int4"),
+        default=defaults.quantization,
+        choices=get_args(Quantization),
         help="weight-only quantization of the linear layers on a CPU (auto: measured)",
     )
     group.add_argument(
         "--fim-format",
-        default="auto",
+        default=defaults.fim_format,
         help="auto, none, qwen, starcoder, deepseek, codellama or codegemma",
     )
 
@@ -48,6 +52,18 @@ def add_position_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="0-based column in UTF-16 code units (as LSP counts)",
     )
+
+
+def cursor_column(text: str, line: int, character: int) -> int:
+    """The str column in `text` of the cursor that add_position_arguments named (0-based line,
+    UTF-16 character, clamped to the line). ValueError, naming the argument, when it is outside.
+    """
+    lines = text.split("\n")
+    if not 0 <= line < len(lines):
+        raise ValueError(f"--line {line} is outside the file (it has {len(lines)} lines)")
+    if character < 0:
+        raise ValueError("--character must be >= 0")
+    return utf16_to_index(lines[line], character)
 
 
 def load_model_from_args(args: argparse.Namespace) -> LoadedModel:
@@ -82,7 +98,7 @@ def read_source_file(path: str) -> str:
     if not file.is_file():
         raise ValueError(f"no such file: {path}")
     data = file.read_bytes()
-    if b"\0" in data[:8192]:
+    if is_binary(data):
         raise ValueError(f"{path} looks like a binary file")
     return data.decode("utf-8", errors="replace")
 
@@ -91,6 +107,7 @@ __all__ = [
     "ModelLoadError",
     "add_model_options",
     "add_position_arguments",
+    "cursor_column",
     "emit",
     "fail",
     "load_model_from_args",

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import get_args
 
-from memosight_lsp.completion.positions import utf16_to_index
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.config import MultilinePolicy, Settings
 from memosight_lsp.workspace import WorkspaceIndex
 
 from .common import (
     ModelLoadError,
     add_model_options,
     add_position_arguments,
+    cursor_column,
     emit,
     fail,
     load_model_from_args,
@@ -31,9 +33,17 @@ def register(sub) -> None:
     )
     parser.add_argument("--cache-dir", help="index cache folder (default: per-user cache)")
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write a cache")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--budget", type=int, default=1024, help="context budget in tokens")
-    parser.add_argument("--multiline", choices=("auto", "always", "never"), default="auto")
+    defaults = Settings()  # as the editor completes by default (config.py)
+    parser.add_argument("--max-new-tokens", type=int, default=defaults.completion.max_new_tokens)
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=defaults.context.budget_tokens,
+        help="context budget in tokens",
+    )
+    parser.add_argument(
+        "--multiline", choices=get_args(MultilinePolicy), default=defaults.completion.multiline
+    )
     parser.add_argument(
         "--plain",
         action="store_true",
@@ -49,11 +59,12 @@ def run(args: argparse.Namespace) -> int:
         text = read_source_file(args.file)
     except ValueError as err:
         return fail(str(err))
-    lines = text.split("\n")
-    if not 0 <= args.line < len(lines):
-        return fail(f"--line {args.line} is outside the file (it has {len(lines)} lines)")
-    if args.character < 0 or args.max_new_tokens < 1:
-        return fail("--character must be >= 0 and --max-new-tokens >= 1")
+    try:
+        column = cursor_column(text, args.line, args.character)
+    except ValueError as err:
+        return fail(str(err))
+    if args.max_new_tokens < 1:
+        return fail("--max-new-tokens must be >= 1")
     try:
         loaded = load_model_from_args(args)
     except ModelLoadError as err:
@@ -69,13 +80,12 @@ def run(args: argparse.Namespace) -> int:
     request = CompletionRequest(
         text=text,
         line=args.line,
-        column=utf16_to_index(lines[args.line], args.character),
+        column=column,
         path=str(Path(args.file).resolve()),
         index=index,
         max_new_tokens=args.max_new_tokens,
         budget_tokens=args.budget,
         multiline=args.multiline,
-        mid_word="complete",
         plain=args.plain,
     )
     completion = engine.complete(request)

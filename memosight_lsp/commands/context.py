@@ -8,11 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memosight_lsp.completion.positions import utf16_to_index
+from memosight_lsp.config import ContextSettings
 from memosight_lsp.context import PackedContext, build_context
 from memosight_lsp.workspace import WorkspaceIndex
 
-from .common import add_position_arguments, emit, fail, read_source_file
+from .common import add_position_arguments, cursor_column, emit, fail, read_source_file
 from .index import scan_with_progress
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,12 @@ def register(sub) -> None:
     parser.add_argument(
         "--root", help="workspace root (default: the nearest folder above FILE with .git)"
     )
-    parser.add_argument("--budget", type=int, default=1024, help="context budget in tokens")
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=ContextSettings().budget_tokens,  # as the editor packs by default (config.py)
+        help="context budget in tokens",
+    )
     parser.add_argument(
         "--model",
         metavar="PATH",
@@ -92,11 +97,10 @@ def run(args: argparse.Namespace) -> int:
         text = read_source_file(args.file)
     except ValueError as err:
         return fail(str(err))
-    lines = text.split("\n")
-    if not 0 <= args.line < len(lines):
-        return fail(f"--line {args.line} is outside the file (it has {len(lines)} lines)")
-    if args.character < 0:
-        return fail("--character must be >= 0")
+    try:
+        column = cursor_column(text, args.line, args.character)
+    except ValueError as err:
+        return fail(str(err))
     root = Path(args.root) if args.root else find_root(Path(args.file))
     if not root.is_dir():
         return fail(f"no such folder: {root}")
@@ -110,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         text=text,
         path=str(Path(args.file).resolve()),
         line=args.line,
-        column=utf16_to_index(lines[args.line], args.character),
+        column=column,
         language_id=None,
         budget_tokens=args.budget,
         count_tokens=count,

@@ -54,6 +54,13 @@ def describe_cursor(
     )
 
 
+def mid_word_refusal(situation: CursorSituation, policy: str) -> str | None:
+    """Why the midWord policy gives no completion at this cursor; None when it gives one."""
+    if policy == "skip" and situation.mid_word:
+        return "the cursor is inside a word (midWord is 'skip')"
+    return None
+
+
 def wants_multiline(situation: CursorSituation, policy: str) -> bool:
     """A block header or an empty body gets a block; mid-expression gets one line."""
     if policy == "always":

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from memosight_lsp.config import Settings
 from memosight_lsp.context import Rerank, build_context
 from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
@@ -16,11 +17,11 @@ from memosight_lsp.engine.fused_trunk import FusedTrunk, trunk_for
 from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
 from memosight_lsp.engine.loading import LoadedModel, position_limit
 from memosight_lsp.engine.speculative import SpeculativeDecoder
-from memosight_lsp.workspace.files import MAX_FILE_BYTES
+from memosight_lsp.workspace.files import indexable_text
 
 from . import postprocess
 from .healing import HealingConstraint, VocabularyText
-from .policy import describe_cursor, wants_multiline
+from .policy import describe_cursor, mid_word_refusal, wants_multiline
 from .positions import split_at
 from .prompt import MARKER_RESERVE, Prompt, build_prompt
 from .syntax import inside_expression
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
 # Tokens of other open buffers indexed for drafting (indexing measured 1.3 us per token, once).
 MAX_DRAFT_BUFFER_TOKENS = 65_536
 
+# The request's defaults are the settings' defaults (config.py), so the two cannot drift.
+_DEFAULTS = Settings()
+
 
 @dataclass(frozen=True, kw_only=True)
 class CompletionRequest:
@@ -41,20 +45,36 @@ class CompletionRequest:
     path: str | None = None
     language_id: str | None = None
     buffer_id: str | None = None  # the per-buffer state key (an LSP uri)
-    max_new_tokens: int = 64
-    budget_tokens: int = 1024
-    multiline: str = "auto"
-    mid_word: str = "skip"
-    plain: bool = False  # plain greedy decoding, no acceleration
+    max_new_tokens: int = _DEFAULTS.completion.max_new_tokens
+    budget_tokens: int = _DEFAULTS.context.budget_tokens
+    multiline: str = _DEFAULTS.completion.multiline
+    mid_word: str = _DEFAULTS.completion.mid_word
+    plain: bool = not _DEFAULTS.completion.speculative  # plain greedy decoding, no acceleration
     # KV compression for long prompts; engine/compression_policy.py decides where it runs.
-    kv_compression: compression_policy.KvMode = "off"
-    kv_ratio: int = 4
-    min_prompt_tokens: int = 2048
+    kv_compression: compression_policy.KvMode = _DEFAULTS.compression.kv_compression
+    kv_ratio: int = _DEFAULTS.compression.kv_ratio
+    min_prompt_tokens: int = _DEFAULTS.compression.min_prompt_tokens
     # Cross-file context: the workspace index holding this file (None: the current file only),
     # other open buffers {path: text}, and recent edits [(path, 0-based line)], oldest first.
     index: WorkspaceIndex | None = None
     open_buffers: Mapping[str, str] = field(default_factory=dict)
     recent_edits: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **request: Any) -> CompletionRequest:
+        """A request under these settings; `request` gives the rest (text, line, column, ...).
+        from_settings(Settings(), ...) equals the defaults above (tests/test_config.py)."""
+        return cls(
+            max_new_tokens=settings.completion.max_new_tokens,
+            budget_tokens=settings.context.budget_tokens,
+            multiline=settings.completion.multiline,
+            mid_word=settings.completion.mid_word,
+            plain=not settings.completion.speculative,
+            kv_compression=settings.compression.kv_compression,
+            kv_ratio=settings.compression.kv_ratio,
+            min_prompt_tokens=settings.compression.min_prompt_tokens,
+            **request,
+        )
 
 
 @dataclass(kw_only=True)
@@ -89,11 +109,6 @@ class Completion:
 
 
 Decoder = Callable[..., Generation]
-
-
-def indexable(text: str) -> bool:
-    """What the workspace index would take on disk: at most 1 MB, no NUL bytes."""
-    return len(text) <= MAX_FILE_BYTES and "\x00" not in text
 
 
 class CompletionEngine:
@@ -158,7 +173,7 @@ class CompletionEngine:
             budget_tokens=budget,
             count_tokens=self.count_tokens,
             # A huge or binary text is not parsed for ranking: it gets its own lines only.
-            index=request.index if indexable(request.text) else None,
+            index=request.index if indexable_text(request.text) else None,
             open_buffers=request.open_buffers,
             recent_edits=request.recent_edits,
             rerank=self.chunk_rerank(budget),
@@ -186,8 +201,9 @@ class CompletionEngine:
             else None
         )
         situation = describe_cursor(prefix, suffix, in_expression=syntax)
-        if request.mid_word == "skip" and situation.mid_word:
-            return Completion(text="", reason="the cursor is inside a word (midWord is 'skip')")
+        refused = mid_word_refusal(situation, request.mid_word)
+        if refused is not None:
+            return Completion(text="", reason=refused)
         multiline = wants_multiline(situation, request.multiline)
         prompt = self.prepare(request)
         tokenizer = self.loaded.tokenizer

@@ -180,6 +180,15 @@ def _suffix_window(
     return end, "".join(parts), used
 
 
+def current_name(index: WorkspaceIndex | None, path: str | None) -> str:
+    """How the context names the current file (its marker, its snippets' path): relative to the
+    index root, its base name outside the root or without an index, "" without a path."""
+    if index is not None and path is not None:
+        rel = index.relpath(path)
+        return posixpath.basename(rel) if rel.startswith("/") else rel
+    return posixpath.basename(path) if path else ""
+
+
 # -- entry point --------------------------------------------------------------------------------
 def build_context(
     *,
@@ -208,12 +217,7 @@ def build_context(
     line = min(max(0, line), len(lines) - 1)
     column = min(max(0, column), len(lines[line]))
     spec = language_for(path, language_id)
-    if index is not None and path is not None:
-        current = index.relpath(path)
-        if current.startswith("/"):
-            current = posixpath.basename(current)
-    else:
-        current = posixpath.basename(path) if path else ""
+    current = current_name(index, path)
     layout = _Layout(
         marker=path_marker(spec, current),
         current=current,

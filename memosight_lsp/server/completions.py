@@ -2,7 +2,8 @@
 stale-result dropping and the speculative precompute of the next completion.
 
 Handlers call `CompletionFlow.complete`; it never raises for bad input, it answers with an empty
-`Outcome` carrying the reason instead.
+`Outcome` carrying the reason instead. `CompletionFlow.refusal` is the one answer to "why no
+completion here?", for completions and for memosight/context alike.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from lsprotocol import types
 from pygls.workspace import TextDocument
 
 from memosight_lsp.completion.lookahead import LookaheadCache, LookaheadEntry
-from memosight_lsp.completion.policy import describe_cursor
+from memosight_lsp.completion.policy import describe_cursor, mid_word_refusal
 from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.completion.service import Completion, CompletionRequest
 from memosight_lsp.config import Settings
 from memosight_lsp.workspace import WorkspaceIndex
+from memosight_lsp.workspace.files import is_binary
 
-from .documents import LineIndex, looks_binary, window_at
+from .documents import LineIndex, window_at
 from .model_host import ModelHost
 from .stats import ServerStats
 
@@ -32,6 +34,10 @@ log = logging.getLogger(__name__)
 
 # Completion.stats["kvCompression"] -> the memosight/stats counter of that KV mode.
 _KV_COUNTERS = {"lossless-draft": "losslessDraftCalls", "lossy-snapkv": "lossySnapkvCalls"}
+
+UNKNOWN_DOCUMENT = "unknown document: it was never opened with didOpen"
+DISABLED = "completions are disabled (memosight.enable is false)"
+BINARY = "the file looks binary (NUL bytes)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,9 +78,13 @@ class CompletionFlow:
         settings: Callable[[], Settings],
         on_model_result: Callable[[Completion], None] = lambda c: None,
         context_inputs: Callable[[Cursor, Settings], ContextInputs] = lambda c, s: ContextInputs(),
+        current_version: Callable[[str], int | None] = lambda uri: None,
     ) -> None:
+        """`current_version(uri)`: the open document's version now (None if unknown), to drop a
+        model result whose document changed while it was computed."""
         self.scheduler = scheduler
         self._context_inputs = context_inputs
+        self._current_version = current_version
         self.host = host
         self.stats = stats
         self.lookahead = LookaheadCache()
@@ -136,26 +146,48 @@ class CompletionFlow:
 
     # -- completion -------------------------------------------------------------------------
 
-    def refusal(self, cursor: Cursor, settings: Settings) -> str | None:
-        """Why there is no completion at this cursor before asking the model, if any."""
+    def refusal(self, cursor: Cursor | None, settings: Settings) -> str | None:
+        """Why there is no completion at this cursor (None: the model is asked): the one answer
+        to "why no completion here?", a completion's reason and memosight/context's.
+
+        In order: the document is unknown (cursor None); completions are off, everywhere or for
+        the language; the model failed to load; the text is binary; the cursor is inside a word
+        under midWord 'skip'. `complete` asks in two steps: the settings' reasons first, then,
+        when no text the model already gave is being typed through, the rest.
+        """
+        reason = self._switched_off(cursor, settings)
+        if reason is None and cursor is not None:
+            reason = self._unanswerable(cursor, settings)
+        return reason
+
+    @staticmethod
+    def _switched_off(cursor: Cursor | None, settings: Settings) -> str | None:
+        if cursor is None:
+            return UNKNOWN_DOCUMENT
         if not settings.enable:
-            return "completions are disabled (memosight.enable is false)"
+            return DISABLED
         if cursor.language_id and not settings.language_enabled(cursor.language_id):
             return f"completions are disabled for language '{cursor.language_id}'"
         return None
 
+    def _unanswerable(self, cursor: Cursor, settings: Settings) -> str | None:
+        if self.host.state == "error":
+            return f"model error: {self.host.message}"
+        window = window_at(cursor.text, cursor.offset)
+        if is_binary(window.text):
+            return BINARY
+        situation = describe_cursor(*window.cursor_line())
+        return mid_word_refusal(situation, settings.completion.mid_word)
+
     async def complete(self, doc: TextDocument | None, position: types.Position) -> Outcome:
         started = time.perf_counter()
         self.stats.count("requests")
-        if doc is None:
-            self.stats.count("empty")
-            return Outcome(reason="unknown document: it was never opened with didOpen")
         settings = self._settings()
-        cursor = self.cursor(doc, position)
-        reason = self.refusal(cursor, settings)
-        if reason is not None:
+        cursor = self.cursor(doc, position) if doc is not None else None
+        reason = self._switched_off(cursor, settings)
+        if reason is not None or cursor is None:
             self.stats.count("empty")
-            return Outcome(reason=reason, position=cursor.position)
+            return Outcome(reason=reason, position=cursor.position if cursor else None)
         if settings.completion.type_through:
             hit = self.lookahead.lookup(cursor.uri, cursor.text, cursor.offset)
             if hit is not None:
@@ -177,21 +209,14 @@ class CompletionFlow:
     def request_for(self, text: str, offset: int, cursor: Cursor, settings: Settings):
         window = window_at(text, offset)
         inputs = self._context_inputs(cursor, settings)
-        request = CompletionRequest(
+        request = CompletionRequest.from_settings(
+            settings,
             text=window.text,
             line=window.line,
             column=window.column,
             path=cursor.path,
             language_id=cursor.language_id,
             buffer_id=cursor.uri,
-            max_new_tokens=settings.completion.max_new_tokens,
-            budget_tokens=settings.context.budget_tokens,
-            multiline=settings.completion.multiline,
-            mid_word=settings.completion.mid_word,
-            plain=not settings.completion.speculative,
-            kv_compression=settings.compression.kv_compression,
-            kv_ratio=settings.compression.kv_ratio,
-            min_prompt_tokens=settings.compression.min_prompt_tokens,
             index=inputs.index,
             open_buffers=inputs.open_buffers,
             recent_edits=inputs.recent_edits,
@@ -200,11 +225,10 @@ class CompletionFlow:
 
     async def _from_model(self, cursor: Cursor, settings: Settings) -> Outcome:
         self.host.ensure(settings.model)
-        if self.host.state == "error":
-            return Outcome(reason=f"model error: {self.host.message}", position=cursor.position)
-        window, request = self.request_for(cursor.text, cursor.offset, cursor, settings)
-        if looks_binary(window):
-            return Outcome(reason="the file looks binary (NUL bytes)", position=cursor.position)
+        reason = self._unanswerable(cursor, settings)
+        if reason is not None:
+            return Outcome(reason=reason, position=cursor.position)
+        _, request = self.request_for(cursor.text, cursor.offset, cursor, settings)
         key = (cursor.offset, len(cursor.text), hash(cursor.text), self.generation)
         if self._known_empty.get(cursor.uri) == key:
             return Outcome(reason="the model suggested nothing here", position=cursor.position)
@@ -221,9 +245,10 @@ class CompletionFlow:
             job.release()
             self.stats.count("cancelled")
             raise
-        if completion is None:
-            if self.host.state == "error":
-                return Outcome(reason=f"model error: {self.host.message}", position=cursor.position)
+        if completion is None:  # the model failed meanwhile, or a newer request took over
+            reason = self.refusal(cursor, settings)
+            if reason is not None:
+                return Outcome(reason=reason, position=cursor.position)
             self.stats.count("superseded")
             return Outcome(reason="superseded by a newer request", position=cursor.position)
         current = self._current_version(cursor.uri)
@@ -233,9 +258,6 @@ class CompletionFlow:
         return Outcome(
             text=completion.text, reason=completion.reason, position=cursor.position, source="model"
         )
-
-    # Set by the server: the current version of an open document (None if unknown).
-    _current_version: Callable[[str], int | None] = staticmethod(lambda uri: None)
 
     def _run_model(
         self,
@@ -302,21 +324,3 @@ class CompletionFlow:
             kind="precompute",
             key=key,
         )
-
-    # -- explain ----------------------------------------------------------------------------
-
-    def explain(self, cursor: Cursor, settings: Settings) -> str | None:
-        """Why there would be no completion at this cursor, if any."""
-        window = window_at(cursor.text, cursor.offset)
-        reason = self.refusal(cursor, settings)
-        if reason is None and looks_binary(window):
-            reason = "the file looks binary (NUL bytes)"
-        if reason is None and self.host.state == "error":
-            reason = f"model error: {self.host.message}"
-        if reason is None and settings.completion.mid_word == "skip":
-            lines = window.text.split("\n")
-            row = lines[window.line] if window.line < len(lines) else ""
-            situation = describe_cursor(row[: window.column], row[window.column :])
-            if situation.mid_word:
-                reason = "the cursor is inside a word (midWord is 'skip')"
-        return reason

@@ -63,6 +63,13 @@ class Window:
     start: int  # document offset of text[0]
     line: int  # cursor line within text
     column: int  # cursor str column within its line
+    cursor: int  # the cursor's offset in text
+
+    def cursor_line(self) -> tuple[str, str]:
+        """The cursor's line: the part before the cursor, the part after it."""
+        end = self.text.find("\n", self.cursor)
+        after = self.text[self.cursor :] if end == -1 else self.text[self.cursor : end]
+        return self.text[self.cursor - self.column : self.cursor], after
 
 
 def window_at(text: str, offset: int) -> Window:
@@ -78,7 +85,11 @@ def window_at(text: str, offset: int) -> Window:
     cursor = offset - start
     line_start = window.rfind("\n", 0, cursor) + 1
     return Window(
-        text=window, start=start, line=window.count("\n", 0, cursor), column=cursor - line_start
+        text=window,
+        start=start,
+        line=window.count("\n", 0, cursor),
+        column=cursor - line_start,
+        cursor=cursor,
     )
 
 
@@ -89,7 +100,3 @@ def sanitize(text: str) -> str:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-8", "replace").decode("utf-8")
-
-
-def looks_binary(window: Window) -> bool:
-    return "\x00" in window.text

@@ -5,20 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import posixpath
-from dataclasses import dataclass, replace
 from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
-from pygls.workspace import PositionCodec
 
-from memosight_lsp.completion.prompt import Prompt
-from memosight_lsp.context import Snippet
-from memosight_lsp.workspace import WorkspaceIndex
+from memosight_lsp.config import SECTION
 
 from .completions import Outcome
-from .documents import LineIndex
+from .explain import explain
 from .indexes import Change
 from .server import MemoSightServer
 
@@ -152,7 +147,8 @@ def register(server: MemoSightServer) -> None:
     @server.feature("memosight/context")
     async def context(ls: MemoSightServer, params: Any) -> dict[str, Any]:
         ls.capture_loop()
-        return await explain(ls, plain(params))
+        uri, position, budget = context_params(plain(params))
+        return await explain(ls, uri, ls.document(uri), position, budget)
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: MemoSightServer, params: Any) -> None:
@@ -204,7 +200,7 @@ async def pull_configuration(ls: MemoSightServer) -> None:
     try:
         result = await asyncio.wait_for(
             ls.workspace_configuration_async(
-                types.ConfigurationParams(items=[types.ConfigurationItem(section="memosight")])
+                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
             ),
             timeout=5,
         )
@@ -262,108 +258,11 @@ def position_param(params: Any) -> tuple[str, types.Position]:
     return uri, types.Position(line=line, character=character)
 
 
-async def explain(ls: MemoSightServer, params: Any) -> dict[str, Any]:
-    """memosight/context: the prompt the model would see here, and why there'd be nothing."""
+def context_params(params: Any) -> tuple[str, types.Position, int | None]:
+    """memosight/context's {textDocument, position, budget?}; a budget that is no whole number
+    above 0 is ignored."""
     uri, position = position_param(params)
     budget = params.get("budget") if isinstance(params, dict) else None
-    doc = ls.document(uri)
-    empty: dict[str, Any] = {"promptTokens": 0, "snippets": [], "prompt": "", "reason": None}
-    if doc is None:
-        return {**empty, "reason": "unknown document: it was never opened with didOpen"}
-    settings = ls.settings
-    cursor = ls.flow.cursor(doc, position)
-    reason = ls.flow.explain(cursor, settings)
-    if settings.enable:
-        ls.host.ensure(settings.model)
-    if ls.host.state == "error":
-        return {**empty, "reason": reason or f"model error: {ls.host.message}"}
-    window, request = ls.flow.request_for(cursor.text, cursor.offset, cursor, settings)
-    if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0:
-        request = replace(request, budget_tokens=budget)
-
-    def prepare(cancelled) -> tuple[Prompt, int] | None:
-        engine = ls.host.engine
-        if engine is None:
-            return None
-        # The very prepare() a completion runs: same index, buffers, edits and budget.
-        prompt = engine.prepare(request)
-        return prompt, engine.count_tokens(prompt.text)
-
-    job = ls.scheduler.submit(f"{uri}#context", prepare)
-    try:
-        prepared = await asyncio.wrap_future(job.future)
-    except asyncio.CancelledError:
-        job.release()
-        raise
-    if prepared is None:
-        return {**empty, "reason": reason or f"model not ready: {ls.host.message}"}
-    prompt, prompt_tokens = prepared
-    lines = ls.flow.line_index(doc)
-    if lines.text is not cursor.text:  # edited while the context was built
-        lines = LineIndex.of(cursor.text)
-    mapper = SnippetRanges(
-        lines=lines,
-        codec=doc.position_codec,
-        uri=uri,
-        cursor=cursor.position,
-        first_line=cursor.text.count("\n", 0, window.start),
-        index=request.index,
-        current=current_rel(request.index, request.path),
-    )
-    return {
-        "promptTokens": prompt_tokens,
-        "snippets": [mapper.snippet(s) for s in prompt.context.snippets],
-        "prompt": prompt.text,
-        "reason": reason,
-    }
-
-
-def current_rel(index: WorkspaceIndex | None, path: str | None) -> str:
-    """How the context packer names the current file (see context.build_context)."""
-    if index is not None and path is not None:
-        rel = index.relpath(path)
-        return posixpath.basename(rel) if rel.startswith("/") else rel
-    return posixpath.basename(path) if path else ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class SnippetRanges:
-    """Context snippets (0-based lines of the window or of another file) as LSP locations."""
-
-    lines: LineIndex
-    codec: PositionCodec
-    uri: str
-    cursor: types.Position
-    first_line: int  # document line of the window's first line
-    index: WorkspaceIndex | None
-    current: str
-
-    def snippet(self, s: Snippet) -> dict[str, Any]:
-        if s.path == self.current or self.index is None:
-            uri = self.uri
-            start = self.line_start(s.start_line) if s.kind != "suffix" else self.cursor
-            end = self.line_end(s.end_line) if s.kind != "prefix" else self.cursor
-        else:
-            uri = self.index.abspath(s.path).as_uri()
-            start = types.Position(line=s.start_line, character=0)
-            end = types.Position(line=s.end_line + 1, character=0)
-        return {
-            "uri": uri,
-            "range": {"start": as_json(start), "end": as_json(end)},
-            "symbol": s.symbol,
-            "kind": s.kind,
-            "tokens": s.tokens,
-        }
-
-    def line_start(self, line: int) -> types.Position:
-        row = min(self.first_line + line, len(self.lines.starts) - 1)
-        return types.Position(line=row, character=0)
-
-    def line_end(self, line: int) -> types.Position:
-        row = min(self.first_line + line, len(self.lines.starts) - 1)
-        offset = self.lines.starts[row] + len(self.lines.content(row))
-        return self.lines.position_at(self.codec, offset)
-
-
-def as_json(position: types.Position) -> dict[str, int]:
-    return {"line": position.line, "character": position.character}
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+        budget = None
+    return uri, position, budget

@@ -20,8 +20,8 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.workspace import PositionCodec
 
-from memosight_lsp.completion.service import indexable as indexable_text
 from memosight_lsp.workspace import TextEdit, WorkspaceIndex
+from memosight_lsp.workspace.files import indexable_text
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -20,11 +19,13 @@ from pygls.workspace import TextDocument
 from memosight_lsp import __version__
 from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.completion.service import Completion
-from memosight_lsp.config import Settings, parse_settings
+from memosight_lsp.config import Settings, parse_settings, unwrap_settings
+from memosight_lsp.workspace.files import indexable_text
 
-from .completions import CompletionFlow, ContextInputs, Cursor
-from .indexes import WorkspaceIndexes, indexable_text
+from .completions import DISABLED, CompletionFlow, ContextInputs, Cursor
+from .indexes import WorkspaceIndexes
 from .model_host import ModelHost, ModelState
+from .progress import ProgressChains
 from .protocol import RobustProtocol
 from .stats import ServerStats
 
@@ -42,13 +43,6 @@ def deep_merge(base: dict, update: dict) -> dict:
         else:
             merged[key] = value
     return merged
-
-
-def unwrap_settings(raw: Any) -> Any:
-    """Accept {"memosight": {...}} or the tree itself."""
-    if isinstance(raw, dict) and "memosight" in raw:
-        return raw["memosight"]
-    return raw
 
 
 class MemoSightServer(LanguageServer):
@@ -72,19 +66,15 @@ class MemoSightServer(LanguageServer):
             settings=lambda: self.settings,
             on_model_result=self._model_result_from_worker,
             context_inputs=self.context_inputs,
+            current_version=self._document_version,
         )
         self.indexes = WorkspaceIndexes(self._index_progress_from_thread)
         self.workspace_roots: list[str] = []  # folders from initialize / didChangeWorkspaceFolders
         self.indexing_started = False  # at `initialized` (or the first didOpen without it)
-        # folder -> its scan's last $/progress message being sent (its result: the token)
-        self._index_progress: dict[Path, asyncio.Task] = {}
-        self.flow._current_version = self._document_version  # type: ignore[method-assign]
+        self.progress_chains = ProgressChains(self)  # $/progress of the model load and the scans
         self.loop: asyncio.AbstractEventLoop | None = None
         self._shown: set[str] = set()
-        self._progress_token: str | None = None
-        self._progress_task: asyncio.Task | None = None
         self._last_status: dict[str, Any] | None = None
-        self._background: set[asyncio.Future] = set()
 
     # -- documents --------------------------------------------------------------------------
 
@@ -128,57 +118,21 @@ class MemoSightServer(LanguageServer):
         self, root: Path, phase: str, percent: int | None, message: str
     ) -> None:
         """$/progress for a folder's scan: begin, reports with a percentage, end."""
-        caps = self.client_capabilities
-        window = caps.window if caps is not None else None
-        if not (window and window.work_done_progress):
-            return
-        progress = self.work_done_progress
+        work = ("index", root)
         if phase == "begin":
-            token = f"memosight-index-{uuid.uuid4().hex[:8]}"
-
-            async def begin() -> str | None:
-                try:
-                    await progress.create_async(token)
-                except Exception:
-                    log.debug("client refused the progress token", exc_info=True)
-                    return None
-                progress.begin(
-                    token,
-                    types.WorkDoneProgressBegin(
-                        title="MemoSight index", message=message, percentage=0, cancellable=False
-                    ),
-                )
-                return token
-
-            self._index_progress[root] = asyncio.ensure_future(begin())
-            return
-        previous = self._index_progress.pop(root, None)
-        if previous is None:
-            return
-
-        async def send() -> str | None:
-            # Each message waits for the one before: sent as they come, a report could pass an
-            # earlier one (or the end) while the token is still being created.
-            try:
-                token = await previous
-            except Exception:  # an earlier message failed: drop this scan's progress
-                log.debug("index progress message failed", exc_info=True)
-                return None
-            if token is None or token not in progress.tokens:
-                return token
-            if phase == "end":
-                progress.end(token, types.WorkDoneProgressEnd(message=message))
-            else:
-                progress.report(
-                    token, types.WorkDoneProgressReport(message=message, percentage=percent)
-                )
-            return token
-
-        sending = asyncio.ensure_future(send())
-        if phase != "end":
-            self._index_progress[root] = sending
-        self._background.add(sending)
-        sending.add_done_callback(self._background.discard)
+            self.progress_chains.begin(
+                work,
+                "index",
+                types.WorkDoneProgressBegin(
+                    title="MemoSight index", message=message, percentage=0, cancellable=False
+                ),
+            )
+        elif phase == "end":
+            self.progress_chains.end(work, types.WorkDoneProgressEnd(message=message))
+        else:
+            self.progress_chains.report(
+                work, types.WorkDoneProgressReport(message=message, percentage=percent)
+            )
 
     # -- settings ---------------------------------------------------------------------------
 
@@ -231,7 +185,7 @@ class MemoSightServer(LanguageServer):
 
     def status(self) -> dict[str, Any]:
         if not self.settings.enable:
-            state, message = "disabled", "completions are disabled (memosight.enable is false)"
+            state, message = "disabled", DISABLED
         elif self.host.state == "idle":
             state, message = "loading", "the model loads at the first completion"
         else:
@@ -267,49 +221,20 @@ class MemoSightServer(LanguageServer):
         self._on_loop(self.send_status)
 
     def _model_state_changed(self, state: ModelState, message: str) -> None:
-        if state == "loading":
-            self._progress_begin(message)
+        if state == "loading" and self.progress_chains.is_open("model"):
+            # A step of the load under way (converting a GGUF file, measuring precisions).
+            self.progress_chains.report("model", types.WorkDoneProgressReport(message=message))
+        elif state == "loading":
+            self.progress_chains.begin(
+                "model", "load", types.WorkDoneProgressBegin(title="MemoSight", message=message)
+            )
         else:
-            self._progress_end(message)
+            self.progress_chains.end("model", types.WorkDoneProgressEnd(message=message))
         if state == "error":
             self.show_once(f"MemoSight: {message}")
         elif state == "ready":
             self.log_user(f"MemoSight: {message}")
         self.send_status()
-
-    def _progress_begin(self, message: str) -> None:
-        caps = self.client_capabilities
-        window = caps.window if caps is not None else None
-        if not (window and window.work_done_progress):
-            return
-        token = f"memosight-load-{uuid.uuid4().hex[:8]}"
-        self._progress_token = token
-
-        async def begin() -> None:
-            try:
-                await self.work_done_progress.create_async(token)
-            except Exception:
-                log.debug("client refused the progress token", exc_info=True)
-                return
-            self.work_done_progress.begin(
-                token, types.WorkDoneProgressBegin(title="MemoSight", message=message)
-            )
-
-        self._progress_task = asyncio.ensure_future(begin())
-
-    def _progress_end(self, message: str) -> None:
-        token, task = self._progress_token, self._progress_task
-        self._progress_token = self._progress_task = None
-        if token is None or task is None:
-            return
-
-        async def end() -> None:
-            await task
-            if token in self.work_done_progress.tokens:
-                self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
-
-        self._background.add(ending := asyncio.ensure_future(end()))
-        ending.add_done_callback(self._background.discard)
 
     def stop_worker(self) -> None:
         self.scheduler.stop()

@@ -33,6 +33,7 @@ VENDORED_DIRS = frozenset(
     }
 )
 MAX_FILE_BYTES = 1_000_000
+BINARY_SNIFF_BYTES = 8192  # how much of a file's bytes is looked at for a NUL (as git does)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +63,20 @@ def _ignored(rel: str, is_dir: bool, ignores: list[_Ignore]) -> bool:
     return False
 
 
-def is_binary(head: bytes) -> bool:
-    return b"\0" in head[:8192]
+def is_binary(data: bytes | str) -> bool:
+    """Binary means a NUL, the one test everywhere (files on disk, buffers, the model's window).
+
+    A file's bytes are sniffed in their first BINARY_SNIFF_BYTES, as git does; text already in
+    memory (an editor buffer, the window sent to the model) is looked at whole.
+    """
+    if isinstance(data, bytes):
+        return b"\0" in data[:BINARY_SNIFF_BYTES]
+    return "\0" in data
+
+
+def indexable_text(text: str) -> bool:
+    """What the workspace index would take from disk: at most MAX_FILE_BYTES, not binary."""
+    return len(text) <= MAX_FILE_BYTES and not is_binary(text)
 
 
 def iter_source_files(
