@@ -11,7 +11,7 @@ from tiny_models import STDLIB, tiny_causal_lm, tiny_tokenizer
 from transformers import AutoModelForCausalLM
 
 from memosight_lsp.engine.drafters import Candidate, CostModel
-from memosight_lsp.engine.fused_trunk import FusedTrunk, HFTrunk, trunk_for
+from memosight_lsp.engine.fused_trunk import FusedTrunk, HFTrunk, prepare_trunk
 from memosight_lsp.engine.greedy import StopRules, greedy_generate
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
@@ -107,7 +107,7 @@ def test_eager_attention_uses_an_additive_mask(tiny_model_dirs):
     folder = tiny_model_dirs["gpt2"]
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
     model.eval()
-    trunk = trunk_for(model)
+    trunk = prepare_trunk(model)
     assert isinstance(trunk, HFTrunk) and trunk.additive_mask
     loaded = load_model(folder, device="cpu")
     oracle = OracleDrafter()
@@ -213,7 +213,7 @@ def test_fused_trunk_architectures_stay_lossless(arch):
     give greedy's tokens, and greedy gives transformers generate's."""
     tokenizer = tiny_tokenizer()
     model = tiny_causal_lm(arch, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
-    assert isinstance(trunk_for(model), FusedTrunk)
+    assert isinstance(prepare_trunk(model), FusedTrunk)
     eos = tokenizer.eos_token_id
     oracle = OracleDrafter()
     trees = SpeculativeDecoder(heads=oracle, cost_model=FLAT_COST, sources=("heads",))

@@ -12,7 +12,7 @@ from memosight_lsp.context import Rerank, build_context
 from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
-from memosight_lsp.engine.fused_trunk import FusedTrunk, trunk_for
+from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
 from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
 from memosight_lsp.engine.loading import LoadedModel, position_limit
 from memosight_lsp.engine.speculative import SpeculativeDecoder
@@ -115,7 +115,7 @@ class CompletionEngine:
         self.decoder = decoder or (
             SpeculativeDecoder(calibrate=time_passes) if speculative else greedy_generate
         )
-        if not time_passes and isinstance(trunk := trunk_for(loaded.model), FusedTrunk):
+        if not time_passes and isinstance(trunk := prepare_trunk(loaded.model), FusedTrunk):
             trunk.skip_timing()
         # Policy thresholds; each request's minPromptTokens and kvRatio override theirs.
         self.compression = compression or compression_policy.Thresholds()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from .fused_trunk import trunk_for
+from .fused_trunk import prepare_trunk
 from .kv_cache import new_cache
 
 # Tokens allowed next, given the tokens generated so far; None means any token.
@@ -46,7 +46,7 @@ def forward(
     model, input_ids: torch.Tensor, cache: DynamicCache, *, last_only: bool = False
 ) -> torch.Tensor:
     """Run new tokens [1, S] on top of the cache; returns logits [S, V] ([1, V] if last_only)."""
-    trunk = trunk_for(model)
+    trunk = prepare_trunk(model)
     hidden = trunk(input_ids, cache)  # [S, H]
     return trunk.logits(hidden[-1:] if last_only else hidden)
 

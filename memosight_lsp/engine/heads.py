@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .drafters import MIN_PROBABILITY, Candidate
-from .fused_trunk import trunk_for
+from .fused_trunk import prepare_trunk
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def find_heads(model: Any) -> HeadsDrafter | None:
         if found is not None:
             log.info("using %d prediction heads from %s", found[1].num_heads, folder)
             # The decoders' own LM-head product (a faster layout on CPUs, see fused_trunk).
-            return HeadsDrafter(found[0], trunk_for(model).logits)
+            return HeadsDrafter(found[0], prepare_trunk(model).logits)
     return None
 
 

@@ -18,7 +18,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from .fim import FimFormat, resolve_fim_format
-from .fused_trunk import trunk_for
+from .fused_trunk import prepare_trunk
 
 EMBEDDED_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
@@ -176,7 +176,7 @@ def load_model(
     model.eval()
     # The decoders' trunk re-lays the weights out once (fused_trunk): part of loading, not of
     # the first keystroke.
-    trunk_for(model)
+    prepare_trunk(model)
     try:
         fim = resolve_fim_format(tokenizer.get_vocab(), fim_format)
     except ValueError as err:

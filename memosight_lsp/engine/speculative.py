@@ -31,7 +31,7 @@ from .drafters import (
     build_tree,
     ngram_candidates,
 )
-from .fused_trunk import trunk_for
+from .fused_trunk import prepare_trunk
 from .greedy import (
     AllowedTokens,
     Generation,
@@ -63,7 +63,7 @@ class ModelRunner:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self.trunk = trunk_for(model)
+        self.trunk = prepare_trunk(model)
         self.device = next(model.parameters()).device
         # Tree rollback edits the cache in place: only plain full-length layers support that
         # (sliding-window, quantized or linear-attention layers fall back to greedy decoding).
