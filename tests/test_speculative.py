@@ -10,7 +10,7 @@ from test_engine_greedy import hf_greedy
 from tiny_models import STDLIB, tiny_causal_lm, tiny_tokenizer
 from transformers import AutoModelForCausalLM
 
-from memosight_lsp.engine.drafters import Candidate, CostModel
+from memosight_lsp.engine.drafters import CostModel, DraftCandidate, HiddenStateDrafter
 from memosight_lsp.engine.fused_trunk import FusedTrunk, HFTrunk, prepare_trunk
 from memosight_lsp.engine.greedy import StopRules, greedy_generate
 from memosight_lsp.engine.loading import load_model
@@ -34,7 +34,7 @@ def prompts_from_files(tokenizer, count: int, seed: int) -> list[list[int]]:
     return out
 
 
-class OracleDrafter:
+class OracleDrafter(HiddenStateDrafter):
     """Proposes a wrong branch first and the true continuation second, as a branching tree.
 
     Exercises the 4D tree mask, position ids by depth and the KV gather of a non-first branch.
@@ -45,17 +45,17 @@ class OracleDrafter:
         self.done = 0
         self.calls = 0
 
-    def candidates(self, hidden: torch.Tensor, limit: int) -> list[Candidate]:
+    def candidates(self, hidden: torch.Tensor, limit: int) -> list[DraftCandidate]:
         self.calls += 1
         rest = self.truth[self.done : self.done + min(limit, 6)]
         if not rest:
             return []
         wrong = [(rest[0] + 1) % 50 + 3, *rest[1:]]
         half = [rest[0], (rest[1] + 7) % 50 + 3] if len(rest) > 1 else []
-        cands = [Candidate(tokens=wrong, probs=[0.9] * len(wrong), source="heads")]
+        cands = [DraftCandidate(tokens=wrong, probs=[0.9] * len(wrong), source="heads")]
         if half:
-            cands.append(Candidate(tokens=half, probs=[0.8, 0.8], source="heads"))
-        cands.append(Candidate(tokens=rest, probs=[0.7] * len(rest), source="heads"))
+            cands.append(DraftCandidate(tokens=half, probs=[0.8, 0.8], source="heads"))
+        cands.append(DraftCandidate(tokens=rest, probs=[0.7] * len(rest), source="heads"))
         return cands
 
 

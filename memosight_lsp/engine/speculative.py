@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from transformers import DynamicCache
@@ -24,9 +24,10 @@ from transformers.cache_utils import DynamicLayer
 
 from .drafters import (
     AcceptanceStats,
-    Candidate,
     CostModel,
+    DraftCandidate,
     DraftTree,
+    HiddenStateDrafter,
     TokenIndex,
     build_tree,
     ngram_candidates,
@@ -44,7 +45,7 @@ from .greedy import (
 from .heads import find_heads
 from .kv_cache import new_cache
 from .loading import position_limit
-from .ngram_model import NgramDrafter, find_ngram_table
+from .ngram_model import NgramDrafter, NgramTable, find_ngram_table
 from .prefix_cache import PrefixCache
 
 PREVIOUS_CONTEXT = 24  # prompt tokens kept before the previous suggestion (to find where it went)
@@ -197,8 +198,8 @@ class SpeculativeDecoder:
         self,
         *,
         prefix_cache: PrefixCache | None = None,
-        heads: Any = "auto",
-        ngrams: Any = "auto",
+        heads: HiddenStateDrafter | Literal["auto"] | None = "auto",
+        ngrams: NgramTable | Literal["auto"] | None = "auto",
         cost_model: CostModel | None = None,
         max_draft: int = 32,
         max_depth: int = 24,
@@ -206,10 +207,9 @@ class SpeculativeDecoder:
         calibrate: bool = True,
     ) -> None:
         self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
-        # "auto": heads saved for the model (heads.find_heads), or an object with
-        # candidates(hidden, limit) -> list[Candidate], or None.
+        # "auto": heads saved for the model (heads.find_heads), a drafter of our own, or None.
         self.heads_option = heads
-        self.heads: Any = None if heads == "auto" else heads
+        self.heads: HiddenStateDrafter | None = None if heads == "auto" else heads
         # "auto": the n-gram table saved for the model (ngram_model.find_ngram_table), an
         # NgramTable, or None.
         self.ngrams_option = ngrams
@@ -243,9 +243,7 @@ class SpeculativeDecoder:
             self._runner = ModelRunner(model)
             if self.heads_option == "auto":
                 self.heads = find_heads(model)
-            table = self.ngrams_option
-            if table == "auto":
-                table = find_ngram_table(model)
+            table = find_ngram_table(model) if self.ngrams_option == "auto" else self.ngrams_option
             self.ngrams = NgramDrafter(table) if table is not None else None
             self.prefix_cache.clear()
             self.previous.clear()
@@ -333,7 +331,7 @@ class SpeculativeDecoder:
             if candidates:
                 self.stats.update(candidates, truth, len(truth))
                 for drafter in (self.heads, self.ngrams):
-                    if drafter is not None and hasattr(drafter, "feedback"):
+                    if drafter is not None:
                         drafter.feedback(truth)
             hidden, logits = hiddens[node], scores.at(node)
             if reason is not None:
@@ -363,11 +361,11 @@ class SpeculativeDecoder:
         previous: TokenIndex | None,
         hidden: torch.Tensor,
         room: int,
-    ) -> list[Candidate]:
+    ) -> list[DraftCandidate]:
         if room <= 0:
             return []
         tail = committed[-3:]
-        out: list[Candidate] = []
+        out: list[DraftCandidate] = []
         if previous is not None:
             out += ngram_candidates("previous", previous, tail, room, self.stats)
         if context is not None:
