@@ -10,9 +10,10 @@ from test_engine_greedy import hf_greedy
 from tiny_models import STDLIB, tiny_causal_lm, tiny_tokenizer
 from transformers import AutoModelForCausalLM
 
+from memosight_lsp.engine.decoder import StopRules
 from memosight_lsp.engine.drafters import CostModel, DraftCandidate, HiddenStateDrafter
 from memosight_lsp.engine.fused_trunk import FusedTrunk, HFTrunk, prepare_trunk
-from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 

@@ -42,7 +42,7 @@ from transformers import DynamicCache
 from memosight_lsp.context.far_prefix import NEAR_SHARE, compress_prefix
 from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, decode_greedy, feed
-from memosight_lsp.engine.greedy import Generation, StopRules
+from memosight_lsp.engine.decoder import Generation, StopRules
 from memosight_lsp.engine.kv_compress import (
     QueryCapture,
     SnapKVConfig,

@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
-from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.decoder import StopRules
+from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 

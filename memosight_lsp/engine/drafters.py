@@ -70,6 +70,19 @@ class DraftTree:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    @classmethod
+    def chain_of(cls, tokens: Sequence[int], source: str = "draft") -> DraftTree:
+        """A single branch: node i+1 (token i) is the child of node i."""
+        n = len(tokens)
+        return cls(
+            tokens=list(tokens),
+            parents=list(range(n)),
+            depths=list(range(1, n + 1)),
+            sources=[source] * n,
+            children=[{token: i + 1} for i, token in enumerate(tokens)] + [{}],
+            main=n,
+        )
+
 
 class Drafter:
     """A draft source that may learn from what the model said after its candidates."""
