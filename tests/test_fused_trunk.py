@@ -13,7 +13,7 @@ from memosight_lsp.engine.fused_trunk import (
     FusedTrunk,
     HFTrunk,
     fused_unsupported_reason,
-    trunk_for,
+    prepare_trunk,
 )
 from memosight_lsp.engine.kv_cache import new_cache
 from memosight_lsp.engine.row_kernels import COPY, FEW_ROWS, LINEAR, TRANSPOSED, RowKernels
@@ -36,16 +36,16 @@ def hf_hidden(model, ids, cache, positions=None, mask=None):
     return HFTrunk(model)(ids, cache, positions=positions, mask=mask)
 
 
-@pytest.mark.parametrize("way", [LINEAR, TRANSPOSED, COPY])
+@pytest.mark.parametrize("kernel", [LINEAR, TRANSPOSED, COPY])
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen2", "qwen3"])
-def test_fused_trunk_matches_transformers(name, way):
-    """Every way of multiplying a few rows (row_kernels) gives transformers' numbers."""
+def test_fused_trunk_matches_transformers(name, kernel):
+    """Every row kernel for a few rows (row_kernels) gives transformers' numbers."""
     model = build(name).eval()
     assert fused_unsupported_reason(model) is None
     reference = build(name).eval()  # same seed, never fused
-    fused = trunk_for(model)
+    fused = prepare_trunk(model)
     assert isinstance(fused, FusedTrunk)
-    fused.kernels = RowKernels.fixed(way)
+    fused.kernels = RowKernels.fixed(kernel)
     ids = torch.randint(
         0, SHAPE["vocab_size"], (1, 130), generator=torch.Generator().manual_seed(1)
     )
@@ -85,7 +85,7 @@ def test_fused_trunk_matches_transformers(name, way):
 def test_fused_weights_are_shared_with_the_model():
     model = build("qwen2").eval()
     before = sum(p.numel() for p in model.parameters())
-    trunk = trunk_for(model)
+    trunk = prepare_trunk(model)
     assert isinstance(trunk, FusedTrunk)
     attention = model.model.layers[0].self_attn
     layer = trunk.layers[0]
@@ -93,20 +93,20 @@ def test_fused_weights_are_shared_with_the_model():
     assert attention.k_proj.bias is not None and layer.qkv.bias is not None
     assert attention.k_proj.bias.data_ptr() > layer.qkv.bias.data_ptr()
     assert sum(p.numel() for p in model.parameters()) == before
-    assert trunk_for(model) is trunk  # built once per model
+    assert prepare_trunk(model) is trunk  # built once per model
 
 
 def test_row_kernels_are_timed_per_thread_count_and_unused_copies_freed():
     model = build("llama").eval()
-    trunk = trunk_for(model)
+    trunk = prepare_trunk(model)
     assert isinstance(trunk, FusedTrunk) and trunk.kernels is None
     assert all(product.copy is not None for product in trunk._products())
     ids = torch.randint(0, SHAPE["vocab_size"], (1, 8))
-    trunk(ids, new_cache(model))  # a few rows: the ways are timed now
+    trunk(ids, new_cache(model))  # a few rows: the kernels are timed now
     kernels = trunk.kernels
     assert kernels is not None and kernels.threads == torch.get_num_threads()
     copies = [product.copy is not None for product in trunk._products()]
-    assert all(copies) == (COPY in kernels.ways) and len(set(copies)) == 1
+    assert all(copies) == (COPY in kernels.chosen) and len(set(copies)) == 1
     trunk(ids, new_cache(model))
     assert trunk.kernels is kernels  # timed once per thread count
     before = torch.get_num_threads()
@@ -118,14 +118,14 @@ def test_row_kernels_are_timed_per_thread_count_and_unused_copies_freed():
         torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("way", [TRANSPOSED, COPY])
-def test_weights_edited_in_place_after_fusing_are_used(way):
+@pytest.mark.parametrize("kernel", [TRANSPOSED, COPY])
+def test_weights_edited_in_place_after_fusing_are_used(kernel):
     """Tests and training edit a model's weights in place: the copies COPY keeps follow."""
     model = build("llama").eval()
     reference = build("llama").eval()
-    trunk = trunk_for(model)
+    trunk = prepare_trunk(model)
     assert isinstance(trunk, FusedTrunk)
-    trunk.kernels = RowKernels.fixed(way)
+    trunk.kernels = RowKernels.fixed(kernel)
     ids = torch.randint(0, SHAPE["vocab_size"], (1, 6))
     trunk(ids, new_cache(model))  # copies made and used before the edit
     with torch.no_grad():
@@ -141,19 +141,19 @@ def test_weights_edited_in_place_after_fusing_are_used(way):
     torch.testing.assert_close(trunk.logits(hidden), want_logits, rtol=1e-5, atol=1e-5)
 
 
-def test_row_kernels_choose_the_fastest_way_for_each_row_count():
-    """A pass whose TRANSPOSED way is slow over up to 4 rows and COPY slow above 4."""
+def test_row_kernels_choose_the_fastest_kernel_for_each_row_count():
+    """A pass whose TRANSPOSED kernel is slow over up to 4 rows and COPY slow above 4."""
     delay = {(True, LINEAR): 0.002, (False, LINEAR): 0.002, (True, TRANSPOSED): 0.004}
     delay |= {(False, TRANSPOSED): 0.0, (True, COPY): 0.001, (False, COPY): 0.006}
 
-    def run(rows: int, way: int) -> None:
-        time.sleep(delay[rows <= 4, way])
+    def run(rows: int, kernel: int) -> None:
+        time.sleep(delay[rows <= 4, kernel])
 
     kernels = RowKernels.timed(run, [LINEAR, TRANSPOSED, COPY], repeats=2)
-    assert kernels.ways[1:5] == (COPY,) * 4
-    assert kernels.ways[5:] == (TRANSPOSED,) * (FEW_ROWS - 4)
-    assert kernels.way(FEW_ROWS + 1) == LINEAR  # prefills
-    assert RowKernels.timed(run, [LINEAR], repeats=1).ways[1:] == (LINEAR,) * FEW_ROWS
+    assert kernels.chosen[1:5] == (COPY,) * 4
+    assert kernels.chosen[5:] == (TRANSPOSED,) * (FEW_ROWS - 4)
+    assert kernels.kernel(FEW_ROWS + 1) == LINEAR  # prefills
+    assert RowKernels.timed(run, [LINEAR], repeats=1).chosen[1:] == (LINEAR,) * FEW_ROWS
 
 
 @pytest.mark.parametrize(
@@ -165,21 +165,21 @@ def test_row_kernels_choose_the_fastest_way_for_each_row_count():
 )
 def test_other_models_use_transformers_forward(model, reason):
     assert reason in (fused_unsupported_reason(model) or "")
-    trunk = trunk_for(model.eval())
+    trunk = prepare_trunk(model.eval())
     assert isinstance(trunk, HFTrunk)
     ids = torch.randint(0, 100, (1, 12))
     hidden = trunk(ids, new_cache(model))
     assert hidden.shape == (12, model.config.hidden_size)
 
 
-@pytest.mark.parametrize("way", [LINEAR, TRANSPOSED, COPY])
+@pytest.mark.parametrize("kernel", [LINEAR, TRANSPOSED, COPY])
 @pytest.mark.parametrize("rows", [1, 2, 5, FEW_ROWS, FEW_ROWS + 1, 300])
-def test_logits_match_the_models_lm_head(rows, way):
-    """Every row count, each way of multiplying few rows (one row is padded to two for one)."""
+def test_logits_match_the_models_lm_head(rows, kernel):
+    """Every row count, each row kernel (TRANSPOSED pads one row to two)."""
     model = build("llama").eval()
-    trunk = trunk_for(model)
+    trunk = prepare_trunk(model)
     assert isinstance(trunk, FusedTrunk) and trunk.plain_head
-    trunk.kernels = RowKernels.fixed(way)
+    trunk.kernels = RowKernels.fixed(kernel)
     hidden = torch.randn(rows, SHAPE["hidden_size"])
     with torch.inference_mode():
         want = model.get_output_embeddings()(hidden)
@@ -190,7 +190,7 @@ def test_half_precision_runs_and_stays_close():
     """bf16 (a GPU default): same code path, agreement only to bf16 rounding."""
     model = build("qwen3").eval().to(torch.bfloat16)
     reference = build("qwen3").eval().to(torch.bfloat16)
-    trunk = trunk_for(model)
+    trunk = prepare_trunk(model)
     assert isinstance(trunk, FusedTrunk)
     ids = torch.randint(0, SHAPE["vocab_size"], (1, 30), generator=torch.Generator().manual_seed(2))
     ours, theirs = new_cache(model), new_cache(reference)

@@ -9,7 +9,8 @@ import torch
 from test_speculative import prompts_from_files
 from tiny_models import model_and_code_to_fit
 
-from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.decoder import StopRules
+from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.heads import (
     HeadsConfig,
     HeadsDrafter,

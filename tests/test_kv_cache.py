@@ -6,7 +6,8 @@ import torch
 from test_engine_greedy import hf_greedy
 from transformers.cache_utils import DynamicLayer
 
-from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.decoder import StopRules
+from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.kv_cache import GrowingLayer, new_cache
 from memosight_lsp.engine.loading import load_model
 

@@ -16,7 +16,8 @@ from memosight_lsp.engine.compressed_decode import (
     prefill_and_compress,
     snapkv_generate,
 )
-from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.decoder import StopRules
+from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.kv_compress import (
     CompressedKV,
     QueryCapture,

@@ -10,7 +10,8 @@ from test_cli import memosight
 from test_speculative import FLAT_COST, prompts_from_files
 from tiny_models import model_and_code_to_fit
 
-from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.decoder import StopRules
+from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.heads import lm_head_fingerprint
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.ngram_model import (

@@ -6,8 +6,9 @@ import pytest
 from tiny_models import STDLIB
 from transformers import DynamicCache
 
+from memosight_lsp.engine.decoder import StopRules
 from memosight_lsp.engine.drafters import CostModel
-from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.prefix_cache import PrefixCache, cache_bytes, common_prefix
 from memosight_lsp.engine.speculative import ModelRunner, SpeculativeDecoder

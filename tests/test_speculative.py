@@ -10,9 +10,10 @@ from test_engine_greedy import hf_greedy
 from tiny_models import STDLIB, tiny_causal_lm, tiny_tokenizer
 from transformers import AutoModelForCausalLM
 
-from memosight_lsp.engine.drafters import Candidate, CostModel
-from memosight_lsp.engine.fused_trunk import FusedTrunk, HFTrunk, trunk_for
-from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.decoder import StopRules
+from memosight_lsp.engine.drafters import CostModel, DraftCandidate, HiddenStateDrafter
+from memosight_lsp.engine.fused_trunk import FusedTrunk, HFTrunk, prepare_trunk
+from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 
@@ -34,7 +35,7 @@ def prompts_from_files(tokenizer, count: int, seed: int) -> list[list[int]]:
     return out
 
 
-class OracleDrafter:
+class OracleDrafter(HiddenStateDrafter):
     """Proposes a wrong branch first and the true continuation second, as a branching tree.
 
     Exercises the 4D tree mask, position ids by depth and the KV gather of a non-first branch.
@@ -45,17 +46,17 @@ class OracleDrafter:
         self.done = 0
         self.calls = 0
 
-    def candidates(self, hidden: torch.Tensor, limit: int) -> list[Candidate]:
+    def candidates(self, hidden: torch.Tensor, limit: int) -> list[DraftCandidate]:
         self.calls += 1
         rest = self.truth[self.done : self.done + min(limit, 6)]
         if not rest:
             return []
         wrong = [(rest[0] + 1) % 50 + 3, *rest[1:]]
         half = [rest[0], (rest[1] + 7) % 50 + 3] if len(rest) > 1 else []
-        cands = [Candidate(tokens=wrong, probs=[0.9] * len(wrong), source="heads")]
+        cands = [DraftCandidate(tokens=wrong, probs=[0.9] * len(wrong), source="heads")]
         if half:
-            cands.append(Candidate(tokens=half, probs=[0.8, 0.8], source="heads"))
-        cands.append(Candidate(tokens=rest, probs=[0.7] * len(rest), source="heads"))
+            cands.append(DraftCandidate(tokens=half, probs=[0.8, 0.8], source="heads"))
+        cands.append(DraftCandidate(tokens=rest, probs=[0.7] * len(rest), source="heads"))
         return cands
 
 
@@ -107,7 +108,7 @@ def test_eager_attention_uses_an_additive_mask(tiny_model_dirs):
     folder = tiny_model_dirs["gpt2"]
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
     model.eval()
-    trunk = trunk_for(model)
+    trunk = prepare_trunk(model)
     assert isinstance(trunk, HFTrunk) and trunk.additive_mask
     loaded = load_model(folder, device="cpu")
     oracle = OracleDrafter()
@@ -213,7 +214,7 @@ def test_fused_trunk_architectures_stay_lossless(arch):
     give greedy's tokens, and greedy gives transformers generate's."""
     tokenizer = tiny_tokenizer()
     model = tiny_causal_lm(arch, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
-    assert isinstance(trunk_for(model), FusedTrunk)
+    assert isinstance(prepare_trunk(model), FusedTrunk)
     eos = tokenizer.eos_token_id
     oracle = OracleDrafter()
     trees = SpeculativeDecoder(heads=oracle, cost_model=FLAT_COST, sources=("heads",))

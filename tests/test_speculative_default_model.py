@@ -11,7 +11,8 @@ import pytest
 
 from memosight_lsp.bench.speed import default_files, sample_prompts
 from memosight_lsp.completion.service import CompletionEngine
-from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.decoder import StopRules
+from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR, load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 

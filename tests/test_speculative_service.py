@@ -9,7 +9,7 @@ from tiny_models import STDLIB
 
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
 from memosight_lsp.engine.drafters import CostModel
-from memosight_lsp.engine.fused_trunk import FusedTrunk, trunk_for
+from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 
@@ -52,7 +52,7 @@ def test_warm_up_times_the_passes_before_the_first_completion(tiny_model_dir):
     engine.warm_up()
     cost = decoder.cost_model
     assert cost is not None and 0 < cost.cost(1) <= cost.cost(32)
-    trunk = trunk_for(loaded.model)
+    trunk = prepare_trunk(loaded.model)
     assert isinstance(trunk, FusedTrunk) and trunk.kernels is not None  # timed too
     text = (STDLIB / "shlex.py").read_text()
     done = engine.complete(CompletionRequest(text=text, line=120, column=0, mid_word="complete"))
@@ -63,7 +63,7 @@ def test_warm_up_times_the_passes_before_the_first_completion(tiny_model_dir):
 def test_one_shot_engines_time_nothing_and_give_the_same_text(tiny_model_dir):
     loaded = load_model(tiny_model_dir, device="cpu")
     engine = CompletionEngine(loaded, time_passes=False)
-    trunk = trunk_for(loaded.model)
+    trunk = prepare_trunk(loaded.model)
     assert isinstance(trunk, FusedTrunk)
     assert all(product.copy is None for product in trunk._products())
     text = (STDLIB / "shlex.py").read_text()

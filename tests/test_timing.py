@@ -38,7 +38,7 @@ def test_a_slow_model_skips_row_kernel_timing():
     calls: list = []
     kernels = RowKernels.timed(slow_run(0.06, calls), [LINEAR, TRANSPOSED, COPY])
     assert calls == [(1, LINEAR)]
-    assert kernels.ways[1:] == (LINEAR,) * FEW_ROWS
+    assert kernels.chosen[1:] == (LINEAR,) * FEW_ROWS
     fast: list = []
     RowKernels.timed(slow_run(0.0, fast), [LINEAR, TRANSPOSED], repeats=2)
     assert len(fast) == 1 + 7 * 2 * (1 + 2)  # probe, then per row count: warm-up + 2 turns

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
-from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.decoder import StopRules
+from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.loading import LoadedModel, load_model
 
 # Third-party packages installed with the project from PyPI: evaluation data, never trained on.

@@ -30,11 +30,13 @@ from typing import Any
 import torch
 
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
-from memosight_lsp.engine.greedy import StopRules, greedy_generate
+from memosight_lsp.engine.decoder import StopRules
+from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 
-# Installed third-party packages: evaluation data, never training data (see ENVIRONMENT.md).
+# Installed third-party packages are held-out code: the default model is trained on the CPython
+# standard library and a few named registry packages only, never on site-packages (MODEL.md).
 HELD_OUT_PACKAGES = (
     "pygls",
     "lsprotocol",

@@ -13,8 +13,9 @@ from memosight_lsp.context import Rerank, build_context
 from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
-from memosight_lsp.engine.fused_trunk import FusedTrunk, trunk_for
-from memosight_lsp.engine.greedy import Generation, StopRules, greedy_generate
+from memosight_lsp.engine.decoder import Decoder, Generation, StopRules
+from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
+from memosight_lsp.engine.greedy import GreedyDecoder
 from memosight_lsp.engine.loading import LoadedModel, position_limit
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 from memosight_lsp.workspace.files import indexable_text
@@ -108,9 +109,6 @@ class Completion:
         }
 
 
-Decoder = Callable[..., Generation]
-
-
 class CompletionEngine:
     """Completes at a cursor with one loaded model. Not thread-safe: one worker calls it."""
 
@@ -128,9 +126,9 @@ class CompletionEngine:
         # time_passes=False (one-shot use): no timing on the machine (~1 s with the embedded
         # model), default pass costs and F.linear products; same tokens.
         self.decoder = decoder or (
-            SpeculativeDecoder(calibrate=time_passes) if speculative else greedy_generate
+            SpeculativeDecoder(calibrate=time_passes) if speculative else GreedyDecoder()
         )
-        if not time_passes and isinstance(trunk := trunk_for(loaded.model), FusedTrunk):
+        if not time_passes and isinstance(trunk := prepare_trunk(loaded.model), FusedTrunk):
             trunk.skip_timing()
         # Policy thresholds; each request's minPromptTokens and kvRatio override theirs.
         self.compression = compression or compression_policy.Thresholds()
@@ -144,10 +142,8 @@ class CompletionEngine:
     def warm_up(self, request: CompletionRequest | None = None) -> None:
         """Do now what the decoder would time on its first completion (pass costs, the trunk's
         row kernels), for prompts the size of `request`'s budget (default settings if None)."""
-        cost = getattr(self.decoder, "cost", None)
-        if cost is not None:
-            request = request or CompletionRequest(text="", line=0, column=0)
-            cost(self.loaded.model, self.context_budget(request))
+        request = request or CompletionRequest(text="", line=0, column=0)
+        self.decoder.warm_up(self.loaded.model, self.context_budget(request))
 
     @cached_property
     def vocabulary(self) -> VocabularyText:
@@ -223,12 +219,15 @@ class CompletionEngine:
         )
         constraint = HealingConstraint(healed, self.vocabulary, tokenizer) if healed else None
         plan = self.plan(request, len(prompt_ids))
-        decode = greedy_generate if request.plain else self._decoder_for(request, plan)
+        decode = GreedyDecoder() if request.plain else self._decoder_for(request, plan)
         self._draft_from_open_buffers(decode, request)
         # Per-buffer decoders keep the KV cache and last suggestion of each buffer.
-        extra = {"buffer_id": request.buffer_id} if getattr(decode, "per_buffer", False) else {}
         generation = decode(
-            self.loaded.model, prompt_ids, rules, allowed_tokens=constraint, **extra
+            self.loaded.model,
+            prompt_ids,
+            rules,
+            allowed_tokens=constraint,
+            buffer_id=request.buffer_id,
         )
         raw = generated_text(generation.tokens)
         text = (
@@ -283,8 +282,7 @@ class CompletionEngine:
     def _draft_from_open_buffers(self, decoder: Decoder, request: CompletionRequest) -> None:
         """The other open buffers as the decoder's `workspace` drafts (code is often typed
         again from a file open next to it). Encoded once per buffer content."""
-        feed = getattr(decoder, "set_workspace_tokens", None)
-        if feed is None:
+        if not decoder.drafts_from_workspace:
             return
         keys = [(path, hash(text)) for path, text in sorted(request.open_buffers.items())]
         if keys == self._buffer_keys:
@@ -302,14 +300,12 @@ class CompletionEngine:
                 ids = self.loaded.tokenizer.encode(text, add_special_tokens=False)[:room]
             self._buffer_ids[key] = ids
             room -= len(ids)
-        feed(list(self._buffer_ids.values()))
+        decoder.set_workspace_tokens(list(self._buffer_ids.values()))
 
     def forget(self, buffer_id: str) -> None:
         """Drop a closed buffer's KV cache and last suggestion from every per-buffer decoder."""
         for decoder in [self.decoder, *(d for _, d in self._compressed.values())]:
-            forget = getattr(decoder, "forget", None)
-            if forget is not None:
-                forget(buffer_id)
+            decoder.forget(buffer_id)
 
     def _decoder_for(self, request: CompletionRequest, plan: compression_policy.Plan) -> Decoder:
         if plan.kv_mode == "off" or plan.kv_config is None:

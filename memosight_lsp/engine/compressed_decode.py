@@ -13,14 +13,23 @@ Both honour StopRules and allowed_tokens token by token exactly like greedy_gene
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from transformers import DynamicCache
 
-from .greedy import AllowedTokens, Generation, StopRules, pick, stop_reason_for, take_next
+from .decoder import (
+    AllowedTokens,
+    Decoder,
+    Generation,
+    RowScores,
+    Run,
+    StopRules,
+    pick,
+    take_next,
+)
+from .drafters import DraftTree
 from .kv_cache import new_cache
 from .kv_compress import (
     CompressedKV,
@@ -76,6 +85,42 @@ def prefill_and_compress(
     return logits, cache, compress(model, cache, capture, len(prompt_ids), config)
 
 
+class OneShotSnapKVDecoder(Decoder):
+    """Lossy-snapkv without reuse: prefill the whole prompt on a fresh cache, compress it, decode
+    greedily on the compressed cache. Unsupported models run uncompressed."""
+
+    def __init__(self, *, config: SnapKVConfig | None = None) -> None:
+        super().__init__()
+        self.config = config or SnapKVConfig()
+
+    def generate(self, run: Run) -> None:
+        model, prompt_ids, result = run.model, run.prompt_ids, run.result
+        cache = run.new_cache()
+        unsupported = unsupported_reason(model)
+        position, uniform = len(prompt_ids), True
+        if unsupported is None:
+            logits, full, compressed = prefill_and_compress(
+                model, prompt_ids, self.config, cache=cache
+            )
+            full_bytes = cache_bytes(full)
+            del full  # only the compressed copy is kept
+            cache, position = compressed.cache, compressed.next_position
+            uniform = compressed.uniform
+        else:
+            logits = feed(model, prompt_ids, cache, 0, last_only=True)[-1]
+            full_bytes = cache_bytes(cache)
+        run.prefilled()
+        result.stats = {
+            "kvCompression": "lossy-snapkv" if unsupported is None else "off",
+            "unsupported": unsupported,
+            "fullKvBytes": full_bytes,
+            "kvBytes": cache_bytes(cache),
+            "keptPositions": int(layers_of(cache)[0].keys.shape[-2]),
+        }
+        allowed = run.allowed_tokens
+        decode_greedy(model, logits, cache, position, run.rules, result, allowed, uniform=uniform)
+
+
 def snapkv_generate(
     model: Any,
     prompt_ids: Sequence[int],
@@ -85,35 +130,8 @@ def snapkv_generate(
     allowed_tokens: AllowedTokens | None = None,
 ) -> Generation:
     """Greedy decoding on a SnapKV-compressed cache (lossy). Unsupported models run uncompressed."""
-    config = config or SnapKVConfig()
-    result = Generation(tokens=[], prompt_tokens=len(prompt_ids))
-    if rules.max_new_tokens <= 0 or not prompt_ids:
-        return result
-    started = time.perf_counter()
-    reason_unsupported = unsupported_reason(model)
-    if reason_unsupported is None:
-        logits, full, compressed = prefill_and_compress(model, prompt_ids, config)
-        full_bytes = cache_bytes(full)
-        del full
-        cache, position, uniform = compressed.cache, compressed.next_position, compressed.uniform
-    else:
-        cache = new_cache(model)
-        logits = feed(model, prompt_ids, cache, 0, last_only=True)[-1]
-        full_bytes = cache_bytes(cache)
-        position, uniform = len(prompt_ids), True
-    result.forward_passes = 1
-    prefilled = time.perf_counter()
-    result.prefill_ms = (prefilled - started) * 1000
-    result.stats = {
-        "kvCompression": "lossy-snapkv" if reason_unsupported is None else "off",
-        "unsupported": reason_unsupported,
-        "fullKvBytes": full_bytes,
-        "kvBytes": cache_bytes(cache),
-        "keptPositions": int(layers_of(cache)[0].keys.shape[-2]),
-    }
-    decode_greedy(model, logits, cache, position, rules, result, allowed_tokens, uniform=uniform)
-    result.decode_ms = (time.perf_counter() - prefilled) * 1000
-    return result
+    decoder = OneShotSnapKVDecoder(config=config)
+    return decoder(model, prompt_ids, rules, allowed_tokens=allowed_tokens)
 
 
 def decode_greedy(
@@ -135,14 +153,12 @@ def decode_greedy(
         result.forward_passes += 1
 
 
-class CompressedDraftDecoder:
+class CompressedDraftDecoder(Decoder):
     """Lossless: drafts on a compressed cache, verifies on the full one (see the module doc).
 
     Called like greedy_generate; with a buffer_id the full cache is kept in the PrefixCache
     between requests (the compressed draft cache is rebuilt per request from it).
     """
-
-    per_buffer = True
 
     def __init__(
         self,
@@ -151,27 +167,13 @@ class CompressedDraftDecoder:
         draft_tokens: int = 6,
         prefix_cache: PrefixCache | None = None,
     ) -> None:
+        super().__init__(prefix_cache=prefix_cache)
         self.config = config or SnapKVConfig()
         self.draft_tokens = draft_tokens
-        self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
 
-    def forget(self, buffer_id: str) -> None:
-        self.prefix_cache.forget(buffer_id)
-
-    def __call__(
-        self,
-        model: Any,
-        prompt_ids: Sequence[int],
-        rules: StopRules,
-        *,
-        allowed_tokens: AllowedTokens | None = None,
-        buffer_id: str | None = None,
-    ) -> Generation:
-        result = Generation(tokens=[], prompt_tokens=len(prompt_ids))
-        if rules.max_new_tokens <= 0 or not prompt_ids:
-            return result
-        started = time.perf_counter()
-        full, reused = self.prefix_cache.take(buffer_id, model, prompt_ids)
+    def generate(self, run: Run) -> None:
+        model, prompt_ids, rules, result = run.model, run.prompt_ids, run.rules, run.result
+        full, reused = run.take_cache()
         unsupported = unsupported_reason(model)
         draft: CompressedKV | None = None
         if unsupported is None:
@@ -180,34 +182,25 @@ class CompressedDraftDecoder:
             )
         else:
             logits = feed(model, prompt_ids[reused:], full, reused, last_only=True)[-1]
-        result.forward_passes = 1
-        prefilled = time.perf_counter()
-        result.prefill_ms = (prefilled - started) * 1000
+        run.prefilled()
         committed = list(prompt_ids)  # ids whose keys/values are in the full cache
         draft_fed = len(prompt_ids)  # committed ids the draft cache holds
         drafted = accepted = 0
-        while (token := take_next(logits, result, rules, allowed_tokens)) is not None:
-            reason: str | None = None  # set when an accepted draft token ends generation
+        while (token := run.take_next(logits)) is not None:
             committed.append(token)
             room = min(rules.max_new_tokens - len(result.tokens), self.draft_tokens)
             proposal: list[int] = []
             if draft is not None and room > 0:
                 proposal, draft_fed = self._draft(
-                    model, draft, committed, draft_fed, result.tokens, room, allowed_tokens
+                    model, draft, committed, draft_fed, result.tokens, room, run.allowed_tokens
                 )
             # Verify [token, proposal...] on the full cache: row j predicts the token after j.
             rows = feed(model, [token, *proposal], full, len(committed) - 1)  # [1+k, V]
             result.forward_passes += 1
             drafted += len(proposal)
-            j = 0
-            while reason is None and j < len(proposal):
-                allowed = allowed_tokens(result.tokens) if allowed_tokens else None
-                choice = pick(rows[j], allowed)
-                if choice != proposal[j]:
-                    break
-                reason = stop_reason_for(choice, result.tokens, rules)
-                committed.append(choice)
-                j += 1
+            path, ended = run.accept(DraftTree.chain_of(proposal), RowScores(rows))
+            j = len(path) - 1  # drafted tokens accepted
+            committed.extend(proposal[:j])
             accepted += j
             if len(proposal) > j:
                 full.crop(j - len(proposal))
@@ -215,12 +208,9 @@ class CompressedDraftDecoder:
             if draft is not None and draft_fed > len(committed):  # drop its rejected guesses
                 draft.cache.crop(len(committed) - draft_fed)
                 draft_fed = len(committed)
-            if reason is not None:
-                result.stop_reason = reason
+            if ended:
                 break
-        result.decode_ms = (time.perf_counter() - prefilled) * 1000
-        if buffer_id is not None:
-            self.prefix_cache.put(buffer_id, model, committed[: _cache_length(full)], full)
+        run.keep(committed[: _cache_length(full)], full)
         result.stats = {
             "kvCompression": "lossless-draft" if draft is not None else "off",
             "unsupported": unsupported,
@@ -230,7 +220,6 @@ class CompressedDraftDecoder:
             "draftKvBytes": cache_bytes(draft.cache) if draft is not None else 0,
             "fullKvBytes": cache_bytes(full),
         }
-        return result
 
     @torch.inference_mode()
     def _draft(
@@ -267,16 +256,15 @@ def _cache_length(cache: DynamicCache) -> int:
     return int(cache.get_seq_length())
 
 
-class SnapKVDecoder:
+class SnapKVDecoder(Decoder):
     """Lossy-snapkv with per-buffer reuse: the compressed cache itself goes in the PrefixCache.
 
     The PrefixCache crops entries from the end by token count, which is right as long as the
     reused prefix covers the compressed region (everything past it is one entry per token); a
     shorter match starts over. New tokens are fed at their true positions; once the
     uncompressed tail grows past `recompress_tail` tokens the whole cache is compressed again.
+    Without a buffer (or on a model SnapKV does not support) it decodes as OneShotSnapKVDecoder.
     """
-
-    per_buffer = True
 
     def __init__(
         self,
@@ -285,34 +273,21 @@ class SnapKVDecoder:
         prefix_cache: PrefixCache | None = None,
         recompress_tail: int = 256,
     ) -> None:
+        super().__init__(prefix_cache=prefix_cache)
         self.config = config or SnapKVConfig()
-        self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
         self.recompress_tail = recompress_tail
         self._compressed_end: dict[str, int] = {}  # buffer -> positions covered by compression
 
     def forget(self, buffer_id: str) -> None:
-        self.prefix_cache.forget(buffer_id)
+        super().forget(buffer_id)
         self._compressed_end.pop(buffer_id, None)
 
-    def __call__(
-        self,
-        model: Any,
-        prompt_ids: Sequence[int],
-        rules: StopRules,
-        *,
-        allowed_tokens: AllowedTokens | None = None,
-        buffer_id: str | None = None,
-    ) -> Generation:
-        unsupported = unsupported_reason(model)
-        if unsupported is not None or buffer_id is None:
-            return snapkv_generate(
-                model, prompt_ids, rules, config=self.config, allowed_tokens=allowed_tokens
-            )
-        result = Generation(tokens=[], prompt_tokens=len(prompt_ids))
-        if rules.max_new_tokens <= 0 or not prompt_ids:
-            return result
-        started = time.perf_counter()
-        cache, reused = self.prefix_cache.take(buffer_id, model, prompt_ids)
+    def generate(self, run: Run) -> None:
+        model, prompt_ids, buffer_id, result = run.model, run.prompt_ids, run.buffer_id, run.result
+        if unsupported_reason(model) is not None or buffer_id is None:
+            OneShotSnapKVDecoder(config=self.config).generate(run)
+            return
+        cache, reused = run.take_cache()
         compressed_end = self._compressed_end.pop(buffer_id, 0)
         if reused < compressed_end:  # the edit reaches into the compressed region: start over
             cache, reused, compressed_end = new_cache(model), 0, 0
@@ -322,23 +297,16 @@ class SnapKVDecoder:
         if compressed_end == 0 or tail > self.recompress_tail:
             cache = compress(model, cache, capture, len(prompt_ids), self.config).cache
             compressed_end = len(prompt_ids)
-        result.forward_passes = 1
-        prefilled = time.perf_counter()
-        result.prefill_ms = (prefilled - started) * 1000
-        entries = int(layers_of(cache)[0].keys.shape[-2])
+        run.prefilled()
         result.stats = {
             "kvCompression": "lossy-snapkv",
             "reusedPromptTokens": reused,
-            "keptPositions": entries,
+            "keptPositions": int(layers_of(cache)[0].keys.shape[-2]),
             "kvBytes": cache_bytes(cache),
         }
         uniform = len({layer.keys.shape[-2] for layer in layers_of(cache)}) <= 1
-        decode_greedy(
-            model, logits, cache, len(prompt_ids), rules, result, allowed_tokens, uniform=uniform
-        )
-        result.decode_ms = (time.perf_counter() - prefilled) * 1000
+        position, allowed = len(prompt_ids), run.allowed_tokens
+        decode_greedy(model, logits, cache, position, run.rules, result, allowed, uniform=uniform)
         # The cache holds the prompt and every generated token but the last one.
-        fed = list(prompt_ids) + result.tokens[: result.forward_passes - 1]
-        self.prefix_cache.put(buffer_id, model, fed, cache)
+        run.keep(list(prompt_ids) + result.tokens[: result.forward_passes - 1], cache)
         self._compressed_end[buffer_id] = compressed_end
-        return result

@@ -5,7 +5,7 @@ weights, not by arithmetic. transformers' forward builds masks, dispatches ~30 m
 makes 7 matrix products a layer; FusedTrunk does the same math for the Llama family (Llama,
 Mistral without a sliding window, Qwen2, Qwen3) with q/k/v fused into one product (gate and up
 stay apart: SiLU over a slice of a fused output ran 2.5x slower in a prefill), products over a
-few rows run whichever way this CPU, at this thread count, ran fastest when timed (row_kernels),
+few rows run whichever kernel this CPU, at this thread count, ran fastest when timed (row_kernels),
 RMSNorm as one operator, rotary embeddings for queries and keys at once and a mask built only
 when one is needed (embedded model, 2 threads, one token on a 900-token cache with its logits:
 4.6 -> ~1.9 ms; docs/speculative.md). The model's own modules keep working: their weights become
@@ -13,13 +13,16 @@ views into the fused matrices; the only copies are row_kernels' transposed ones,
 models and only while some row count runs fastest with them.
 
 Every decoder that must agree token for token with plain greedy decoding (greedy.py,
-speculative.py) runs through `trunk_for(model)`, so they share exactly the same arithmetic. Other
-models get HFTrunk, transformers' own forward behind the same call.
+speculative.py) runs through `prepare_trunk(model)`, so they share exactly the same arithmetic.
+Other models get HFTrunk, transformers' own forward behind the same call.
+
+The model owns its trunk: the first `prepare_trunk` re-lays its weights out and keeps the trunk
+on the model itself (TRUNK_ATTRIBUTE), so the trunk lives exactly as long as the weights it
+rewrote and is never built twice; there is no cache to evict.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -34,19 +37,20 @@ from .row_kernels import COPY, COPY_MAX_BYTES, FEW_ROWS, LINEAR, TRANSPOSED, Pro
 
 FUSED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 TIMING_CONTEXT = 256  # cached tokens under the passes that choose the row kernels
+TRUNK_ATTRIBUTE = "_memosight_trunk"  # where a prepared model keeps its trunk
 
-_trunks: weakref.WeakKeyDictionary[Any, HFTrunk | FusedTrunk] = weakref.WeakKeyDictionary()
 
-
-def trunk_for(model: Any) -> HFTrunk | FusedTrunk:
-    """The trunk every decoder uses for this model (built once per model)."""
-    trunk = _trunks.get(model)
+def prepare_trunk(model: Any) -> HFTrunk | FusedTrunk:
+    """The trunk every decoder runs this model through. The first call builds it and, for the
+    Llama family, rewrites the model's weights in place (q/k/v fused into one matrix a layer,
+    each module's weight a view of its rows); later calls return the trunk the model keeps."""
+    trunk = getattr(model, TRUNK_ATTRIBUTE, None)
     if trunk is None:
         # Fused weights must be ordinary tensors (training code may run the model later on).
         with torch.inference_mode(False), torch.no_grad():
             fused = fused_unsupported_reason(model) is None
             trunk = FusedTrunk(model) if fused else HFTrunk(model)
-        _trunks[model] = trunk
+        setattr(model, TRUNK_ATTRIBUTE, trunk)
     return trunk
 
 
@@ -182,11 +186,11 @@ class _FusedLayer:
         cache: DynamicCache,
         mask: torch.Tensor | None,
         causal: bool,
-        way: int,
+        kernel: int,
     ) -> torch.Tensor:
         seq = x.shape[1]
         heads, kv_heads = self.n_heads, self.n_kv_heads
-        qkv = self.qkv(_rms_norm(x, self.input_norm), way)  # [1, S, q + 2 kv]
+        qkv = self.qkv(_rms_norm(x, self.input_norm), kernel)  # [1, S, q + 2 kv]
         # [1, heads + 2 kv_heads, S, D]: queries, keys and values head by head.
         qkv = qkv.view(1, seq, heads + 2 * kv_heads, self.head_dim).transpose(1, 2)
         qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]
@@ -207,9 +211,9 @@ class _FusedLayer:
             enable_gqa=self.n_kv_heads != self.n_heads,
         )
         attended = attended.transpose(1, 2).reshape(1, seq, heads * self.head_dim)
-        x = x + self.o(attended, way)
+        x = x + self.o(attended, kernel)
         h = _rms_norm(x, self.post_norm)
-        return x + self.down(self.act(self.gate(h, way)).mul_(self.up(h, way)), way)
+        return x + self.down(self.act(self.gate(h, kernel)).mul_(self.up(h, kernel)), kernel)
 
 
 class FusedTrunk(HFTrunk):
@@ -227,7 +231,7 @@ class FusedTrunk(HFTrunk):
         self.model_config = model.config
         self.plain_head = type(self.lm_head) is nn.Linear
         self.head = Product(self.lm_head.weight, getattr(self.lm_head, "bias", None))
-        # Few-row products may run any way on a CPU in fp32 (row_kernels); elsewhere F.linear.
+        # Few-row products may run any kernel on a CPU in fp32 (row_kernels); elsewhere F.linear.
         weight = self.lm_head.weight
         self.timed_kernels = self.plain_head and weight.is_cpu and weight.dtype == torch.float32
         self.kernels: RowKernels | None = None
@@ -244,27 +248,27 @@ class FusedTrunk(HFTrunk):
         positions: torch.Tensor | None,
         mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        way = self._way(input_ids.shape[-1])
-        return self._forward(input_ids, cache, positions, mask, way)
+        kernel = self._kernel(input_ids.shape[-1])
+        return self._forward(input_ids, cache, positions, mask, kernel)
 
     def skip_timing(self) -> None:
         """Few-row products run F.linear, untimed, and no copies are kept: for one-shot use
-        (`memosight complete`), where timing the ways (~0.5 s) would cost more than it saves."""
+        (`memosight complete`), where timing the kernels (~0.5 s) would cost more than it saves."""
         self.timed_kernels = False
         self._drop_copies()
 
-    def _way(self, rows: int) -> int:
-        """How products over `rows` rows run (row_kernels; timed when first needed)."""
+    def _kernel(self, rows: int) -> int:
+        """The kernel products over `rows` rows run (row_kernels; timed when first needed)."""
         if not self.timed_kernels or rows > FEW_ROWS:
             return LINEAR
         if self.kernels is None or self.kernels.threads != torch.get_num_threads():
             products = self._products()
             copies = all(product.copy is not None for product in products)
-            ways = [LINEAR, TRANSPOSED] + ([COPY] if copies else [])
-            self.kernels = RowKernels.timed(self._time_pass(), ways)
-            if COPY not in self.kernels.ways:
+            kernels = [LINEAR, TRANSPOSED] + ([COPY] if copies else [])
+            self.kernels = RowKernels.timed(self._time_pass(), kernels)
+            if COPY not in self.kernels.chosen:
                 self._drop_copies()  # never chosen: free the memory
-        return self.kernels.way(rows)
+        return self.kernels.kernel(rows)
 
     def _products(self) -> list[Product]:
         layers = [(layer.qkv, layer.o, layer.gate, layer.up, layer.down) for layer in self.layers]
@@ -280,7 +284,7 @@ class FusedTrunk(HFTrunk):
         cache: DynamicCache,
         positions: torch.Tensor | None,
         mask: torch.Tensor | None,
-        way: int,
+        kernel: int,
     ) -> torch.Tensor:
         seq = input_ids.shape[-1]
         past = cache.get_seq_length()
@@ -306,17 +310,17 @@ class FusedTrunk(HFTrunk):
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
         cos, sin = cos[:, None], sin[:, None]
         for layer in self.layers:
-            x = layer(x, cos, sin, cache, attn_mask, causal, way)
+            x = layer(x, cos, sin, cache, attn_mask, causal, kernel)
         return _rms_norm(x, self.norm)[0]
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if not self.plain_head:
             return super().logits(hidden)
-        return self.head(hidden, self._way(hidden.shape[0])).float()
+        return self.head(hidden, self._kernel(hidden.shape[0])).float()
 
     def _time_pass(self) -> Callable[[int, int], None]:
-        """run(rows, way): a causal pass over `rows` tokens on a cache of TIMING_CONTEXT
+        """run(rows, kernel): a causal pass over `rows` tokens on a cache of TIMING_CONTEXT
         (fewer where the model has fewer positions) and their logits, rolled back after. Timed
         as a whole: how fast the LM head runs depends on what the pass left in the CPU's caches
         (alone, in a loop, a one-row product by the embedded model's head looks 3x faster)."""
@@ -330,8 +334,9 @@ class FusedTrunk(HFTrunk):
         if context:
             self._forward(ids[:, :context], cache, None, None, LINEAR)
 
-        def run(rows: int, way: int) -> None:
-            self.head(self._forward(ids[:, context : context + rows], cache, None, None, way), way)
+        def run(rows: int, kernel: int) -> None:
+            hidden = self._forward(ids[:, context : context + rows], cache, None, None, kernel)
+            self.head(hidden, kernel)
             cache.crop(-rows)
 
         return run

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .drafters import MIN_PROBABILITY, Candidate
-from .fused_trunk import trunk_for
+from .drafters import MIN_PROBABILITY, DraftCandidate, HiddenStateDrafter
+from .fused_trunk import prepare_trunk
 from .quantize import QuantizedLinear, weight_fingerprint
 
 log = logging.getLogger(__name__)
@@ -153,11 +153,11 @@ def find_heads(model: Any) -> HeadsDrafter | None:
         if found is not None:
             log.info("using %d prediction heads from %s", found[1].num_heads, folder)
             # The decoders' own LM-head product (a faster layout on CPUs, see fused_trunk).
-            return HeadsDrafter(found[0], trunk_for(model).logits)
+            return HeadsDrafter(found[0], prepare_trunk(model).logits)
     return None
 
 
-class HeadsDrafter:
+class HeadsDrafter(HiddenStateDrafter):
     """Turns the heads' top-k tokens into candidates: the top-1 chain plus one-token detours.
 
     Softmax confidences are rescaled per head by online counts (accepted / predicted, given the
@@ -181,7 +181,7 @@ class HeadsDrafter:
         return min(1.5, (self.accepted[head] + 1.0) / (self.predicted[head] + 1.0))
 
     @torch.inference_mode()
-    def candidates(self, hidden: torch.Tensor, limit: int) -> list[Candidate]:
+    def candidates(self, hidden: torch.Tensor, limit: int) -> list[DraftCandidate]:
         depth = min(self.heads.num_heads, limit)
         if depth <= 0:
             return []
@@ -204,17 +204,17 @@ class HeadsDrafter:
                 break
             chain.append(ts[d][0])
             cum.append(p)
-        out = [Candidate(tokens=chain, probs=cum, source="heads")] if chain else []
+        out = [DraftCandidate(tokens=chain, probs=cum, source="heads")] if chain else []
         for d in range(len(ts)):
             before = cum[d - 1] if d else 1.0
             for j in range(1, self.top_k):
                 q = before * ps[d][j]
                 if q >= MIN_PROBABILITY:
                     tokens = [*chain[:d], ts[d][j]]
-                    out.append(Candidate(tokens=tokens, probs=[*cum[:d], q], source="heads"))
+                    out.append(DraftCandidate(tokens=tokens, probs=[*cum[:d], q], source="heads"))
         return out
 
-    def feedback(self, truth: list[int]) -> None:
+    def feedback(self, truth: Sequence[int]) -> None:
         """The model's actual next tokens after the last candidates() call."""
         for d, ((token, prob), actual) in enumerate(zip(self._last, truth, strict=False)):
             self.predicted[d] += prob

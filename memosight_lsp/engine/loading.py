@@ -19,7 +19,7 @@ from transformers.utils import logging as hf_logging
 
 from . import gguf, precision
 from .fim import FimFormat, resolve_fim_format
-from .fused_trunk import trunk_for
+from .fused_trunk import prepare_trunk
 from .quantize import quantize_model
 
 EMBEDDED_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
@@ -235,7 +235,7 @@ def _load_weights(
         raise ModelLoadError(f"cannot quantize {folder} as {chosen.quantization}: {err}") from err
     # The decoders' trunk re-lays the weights out once (fused_trunk): part of loading, not of
     # the first keystroke.
-    trunk_for(model)
+    prepare_trunk(model)
     return (model, num_parameters) if count else model
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .drafters import MIN_PROBABILITY, Candidate
+from .drafters import MIN_PROBABILITY, DraftCandidate, Drafter
 from .heads import heads_folders, lm_head_fingerprint
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ def _bucket(share: float, depth: int, second: bool = False) -> int:
     return SECOND_GUESSES + decile if second else 10 * min(depth, 2) + decile
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     """The table's first guesses after the committed tokens as a chain, and each second guess as
     a detour that again follows first guesses for a few tokens. A share becomes an acceptance
     probability through online counts per share decile (first guesses also per depth, second
@@ -226,14 +226,14 @@ class NgramDrafter:
             tail = [*tail[1:], token] if len(tail) >= order else [*tail, token]
         return tokens, probs, buckets, seconds
 
-    def candidates(self, committed: Sequence[int], limit: int) -> list[Candidate]:
+    def candidates(self, committed: Sequence[int], limit: int) -> list[DraftCandidate]:
         order = self.table.max_order
         tail = list(committed[-order:])
         steps = min(limit, self.max_depth)
         chain, probs, buckets, seconds = self._follow(tail, 1.0, steps)
         self._last = list(zip(chain, buckets, strict=True))
         self._detours = []
-        out = [Candidate(tokens=chain, probs=probs, source="corpus")] if chain else []
+        out = [DraftCandidate(tokens=chain, probs=probs, source="corpus")] if chain else []
         for depth, (second, share) in enumerate(seconds):
             if second < 0:
                 continue
@@ -246,7 +246,7 @@ class NgramDrafter:
             more = min(self.detour_depth, steps - depth - 1)
             rest, rest_probs, _, _ = self._follow(path, q, more, depth + 1)
             out.append(
-                Candidate(
+                DraftCandidate(
                     tokens=[*chain[:depth], second, *rest],
                     probs=[*probs[:depth], q, *rest_probs],
                     source="corpus",

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from .fused_trunk import prepare_trunk
 from .kv_cache import new_cache
 from .quantize import Quantization
 
@@ -204,9 +205,7 @@ def _best(measured: list[Measurement]) -> Measurement:
 def _time(model: Any, ids: list[int]) -> tuple[torch.Tensor, float, float]:
     """Greedy choices after every probe position [S], and the fastest one-token and 8-token
     pass (ms) on top of the probe's cache, through the decoders' own trunk."""
-    from .fused_trunk import trunk_for
-
-    trunk = trunk_for(model)
+    trunk = prepare_trunk(model)
     cache = new_cache(model)
     device = next(model.parameters()).device
     prompt = torch.tensor([ids], device=device)  # [1, S]

@@ -1,17 +1,17 @@
-"""How the lean trunk multiplies a few rows by a weight on a CPU: the fastest of three ways, timed.
+"""How the lean trunk multiplies a few rows by a weight on a CPU: the fastest of three kernels.
 
 A decoding pass multiplies 1-64 rows by each weight W [out, in]. MKL runs the same product at
-very different speeds depending on how it is asked, and which way wins depends on the row count
-and the thread count (embedded model, a pass with its logits on 900 cached tokens):
+very different speeds depending on how it is asked, and which kernel wins depends on the row
+count and the thread count (embedded model, a pass with its logits on 900 cached tokens):
 
 - LINEAR, x @ W^T (F.linear; a matrix-vector kernel for one row). Wins nowhere measured here.
 - TRANSPOSED, W @ x^T (MKL's small-N kernels; one row padded to two). With 2 threads the best
   for 1-32 rows: a one-token step 2.4 -> 1.9 ms, an 8-token pass 4.0 -> 3.2 ms against COPY.
 - COPY, x @ W' with W' a transposed copy of W. With 1 thread the best (one token 2.55 ms,
-  8 tokens 4.3 ms; 2.8 / 5.1 ms the other ways). Costs the copy's memory.
+  8 tokens 4.3 ms; 2.8 / 5.1 ms the other kernels). Costs the copy's memory.
 
-So each trunk times the ways on its own passes, for row counts 1, 2, 4 ... 64, the first time it
-meets a few rows under a thread count, and frees the copies if no row count chose them. Longer
+So each trunk times the kernels on its own passes, for row counts 1, 2, 4 ... 64, the first time
+it meets a few rows under a thread count, and frees the copies if no row count chose them. Longer
 inputs (prefills) always run LINEAR.
 """
 
@@ -29,12 +29,12 @@ from .timing import affordable_turns
 LINEAR, TRANSPOSED, COPY = 0, 1, 2
 FEW_ROWS = 64
 TIMED_ROWS = (1, 2, 4, 8, 16, 32, 64)  # each stands for the row counts above the previous one
-REPEATS = 5  # the ways take turns; the fastest of the repeats counts (noise only slows down)
+REPEATS = 5  # the kernels take turns; the fastest of the repeats counts (noise only slows down)
 COPY_MAX_BYTES = 256 * 2**20  # transposed copies are made for a model's products up to this
 
 
 class Product:
-    """One linear map, weight [out, in] (shared with the model) and bias, computed by `way`."""
+    """One linear map, weight [out, in] (shared with the model) and bias, computed by `kernel`."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         self.weight = weight
@@ -50,8 +50,8 @@ class Product:
         self.copy = self.weight.detach().t().contiguous()
         self._copied_version = self.weight._version
 
-    def __call__(self, x: torch.Tensor, way: int = LINEAR) -> torch.Tensor:
-        if way == TRANSPOSED:
+    def __call__(self, x: torch.Tensor, kernel: int = LINEAR) -> torch.Tensor:
+        if kernel == TRANSPOSED:
             rows = x.numel() // x.shape[-1]
             flat = x.reshape(rows, x.shape[-1])
             if rows == 1:
@@ -60,7 +60,7 @@ class Product:
             # inputs.
             out = torch.mm(self.weight, flat.t()).t()[:rows].contiguous()
             out = out.view(*x.shape[:-1], self.weight.shape[0])
-        elif way == COPY and self.copy is not None:
+        elif kernel == COPY and self.copy is not None:
             if self.weight._version != self._copied_version:  # edited in place since
                 self.make_copy()
             out = x @ self.copy
@@ -71,46 +71,47 @@ class Product:
 
 @dataclass(frozen=True)
 class RowKernels:
-    """The way (LINEAR / TRANSPOSED / COPY) for each row count 0..FEW_ROWS, under `threads`."""
+    """The kernel (LINEAR / TRANSPOSED / COPY) chosen for each row count 0..FEW_ROWS, under
+    `threads`."""
 
     threads: int
-    ways: tuple[int, ...]
+    chosen: tuple[int, ...]
 
-    def way(self, rows: int) -> int:
-        return self.ways[rows] if rows <= FEW_ROWS else LINEAR
+    def kernel(self, rows: int) -> int:
+        return self.chosen[rows] if rows <= FEW_ROWS else LINEAR
 
     @classmethod
-    def fixed(cls, way: int) -> RowKernels:
-        """One way for every row count (no timing), under the current thread count."""
-        return cls(torch.get_num_threads(), (way,) * (FEW_ROWS + 1))
+    def fixed(cls, kernel: int) -> RowKernels:
+        """One kernel for every row count (no timing), under the current thread count."""
+        return cls(torch.get_num_threads(), (kernel,) * (FEW_ROWS + 1))
 
     @classmethod
     def timed(
-        cls, run: Callable[[int, int], None], ways: Sequence[int], repeats: int = REPEATS
+        cls, run: Callable[[int, int], None], kernels: Sequence[int], repeats: int = REPEATS
     ) -> RowKernels:
-        """Time run(rows, way) (one pass over `rows` rows) for each of `ways` and TIMED_ROWS.
-        A model too slow for one turn within timing's budget gets LINEAR everywhere (what
-        transformers does)."""
+        """Time run(rows, kernel) (one pass over `rows` rows) for each of `kernels` and
+        TIMED_ROWS. A model too slow for one turn within timing's budget gets LINEAR everywhere
+        (what transformers does)."""
         started = time.perf_counter()
         run(1, LINEAR)
         first = time.perf_counter() - started
-        turns = affordable_turns(first, len(TIMED_ROWS) * len(ways), repeats)
+        turns = affordable_turns(first, len(TIMED_ROWS) * len(kernels), repeats)
         if turns == 0:
             return cls.fixed(LINEAR)
         best: dict[tuple[int, int], float] = {}
         for rows in TIMED_ROWS:
-            for way in ways:  # warm-up
-                run(rows, way)
+            for kernel in kernels:  # warm-up
+                run(rows, kernel)
             for _ in range(turns):
-                for way in ways:
+                for kernel in kernels:
                     started = time.perf_counter()
-                    run(rows, way)
+                    run(rows, kernel)
                     elapsed = time.perf_counter() - started
-                    best[rows, way] = min(best.get((rows, way), elapsed), elapsed)
+                    best[rows, kernel] = min(best.get((rows, kernel), elapsed), elapsed)
         chosen = [LINEAR] * (FEW_ROWS + 1)
         low = 1
         for rows in TIMED_ROWS:
-            fastest = min(ways, key=lambda way: best[rows, way])
+            fastest = min(kernels, key=lambda kernel: best[rows, kernel])
             chosen[low : rows + 1] = [fastest] * (rows + 1 - low)
             low = rows + 1
         return cls(torch.get_num_threads(), tuple(chosen))

@@ -16,35 +16,29 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from .decoder import Decoder, Run
 from .drafters import (
     AcceptanceStats,
-    Candidate,
     CostModel,
+    DraftCandidate,
     DraftTree,
+    HiddenStateDrafter,
     TokenIndex,
     build_tree,
     ngram_candidates,
 )
-from .fused_trunk import trunk_for
-from .greedy import (
-    AllowedTokens,
-    Generation,
-    StopRules,
-    greedy_generate,
-    pick,
-    stop_reason_for,
-    take_next,
-)
+from .fused_trunk import prepare_trunk
+from .greedy import GreedyDecoder
 from .heads import find_heads
 from .kv_cache import new_cache
 from .loading import position_limit
-from .ngram_model import NgramDrafter, find_ngram_table
+from .ngram_model import NgramDrafter, NgramTable, find_ngram_table
 from .prefix_cache import PrefixCache
 
 PREVIOUS_CONTEXT = 24  # prompt tokens kept before the previous suggestion (to find where it went)
@@ -63,7 +57,7 @@ class ModelRunner:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self.trunk = trunk_for(model)
+        self.trunk = prepare_trunk(model)
         self.device = next(model.parameters()).device
         # Tree rollback edits the cache in place: only plain full-length layers support that
         # (sliding-window, quantized or linear-attention layers fall back to greedy decoding).
@@ -184,32 +178,31 @@ class PassLogits:
         return int(self.at(i).argmax())
 
 
-class SpeculativeDecoder:
+class SpeculativeDecoder(Decoder):
     """A drop-in for greedy_generate that drafts and verifies; keeps per-buffer state.
 
     Called as decoder(model, prompt_ids, rules, allowed_tokens=..., buffer_id=...). With a
     buffer_id the KV cache and the suggestion are kept for that buffer between requests.
     """
 
-    per_buffer = True  # CompletionEngine passes buffer_id to decoders that set this
+    drafts_from_workspace = True
 
     def __init__(
         self,
         *,
         prefix_cache: PrefixCache | None = None,
-        heads: Any = "auto",
-        ngrams: Any = "auto",
+        heads: HiddenStateDrafter | Literal["auto"] | None = "auto",
+        ngrams: NgramTable | Literal["auto"] | None = "auto",
         cost_model: CostModel | None = None,
         max_draft: int = 32,
         max_depth: int = 24,
         sources: Sequence[str] = SOURCES,
         calibrate: bool = True,
     ) -> None:
-        self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
-        # "auto": heads saved for the model (heads.find_heads), or an object with
-        # candidates(hidden, limit) -> list[Candidate], or None.
+        super().__init__(prefix_cache=prefix_cache)
+        # "auto": heads saved for the model (heads.find_heads), a drafter of our own, or None.
         self.heads_option = heads
-        self.heads: Any = None if heads == "auto" else heads
+        self.heads: HiddenStateDrafter | None = None if heads == "auto" else heads
         # "auto": the n-gram table saved for the model (ngram_model.find_ngram_table), an
         # NgramTable, or None.
         self.ngrams_option = ngrams
@@ -228,14 +221,13 @@ class SpeculativeDecoder:
         self._heads_calls = 0
 
     def set_workspace_tokens(self, documents: Sequence[Sequence[int]]) -> None:
-        """Other workspace text (token ids) to draft from; replaces the previous set."""
         index = TokenIndex()
         for doc in documents:
             index.extend(doc)
         self.workspace = index if index.tokens else None
 
     def forget(self, buffer_id: str) -> None:
-        self.prefix_cache.forget(buffer_id)
+        super().forget(buffer_id)
         self.previous.pop(buffer_id, None)
 
     def runner(self, model: Any) -> ModelRunner:
@@ -243,9 +235,7 @@ class SpeculativeDecoder:
             self._runner = ModelRunner(model)
             if self.heads_option == "auto":
                 self.heads = find_heads(model)
-            table = self.ngrams_option
-            if table == "auto":
-                table = find_ngram_table(model)
+            table = find_ngram_table(model) if self.ngrams_option == "auto" else self.ngrams_option
             self.ngrams = NgramDrafter(table) if table is not None else None
             self.prefix_cache.clear()
             self.previous.clear()
@@ -255,7 +245,7 @@ class SpeculativeDecoder:
         """The pass costs, timed when first needed (the trunk times its row kernels then too:
         ~1.3 s in all for the embedded model on 2 cores) on a cache as long as the first prompt,
         within limits: the longer the context, the more a pass over many tokens costs next to a
-        one-token pass. Servers call it once at load (warm_up) so that no completion waits."""
+        one-token pass."""
         if self.cost_model is None:
             runner = self.runner(model)
             length = min(max(prompt_tokens, CALIBRATION_CONTEXT[0]), CALIBRATION_CONTEXT[1])
@@ -263,35 +253,25 @@ class SpeculativeDecoder:
             self.cost_model = runner.calibrate(length) if supported else CostModel()
         return self.cost_model
 
-    def __call__(
-        self,
-        model: Any,
-        prompt_ids: Sequence[int],
-        rules: StopRules,
-        *,
-        allowed_tokens: AllowedTokens | None = None,
-        buffer_id: str | None = None,
-    ) -> Generation:
-        result = Generation(tokens=[], prompt_tokens=len(prompt_ids))
-        if rules.max_new_tokens <= 0 or not prompt_ids:
-            return result
+    def warm_up(self, model: Any, prompt_tokens: int) -> None:
+        self.cost(model, prompt_tokens)
+
+    def generate(self, run: Run) -> None:
+        model, prompt_ids, rules, result = run.model, run.prompt_ids, run.rules, run.result
         runner = self.runner(model)
         if not runner.supported:
-            return greedy_generate(model, prompt_ids, rules, allowed_tokens=allowed_tokens)
+            GreedyDecoder().generate(run)
+            return
         cost = self.cost(model, len(prompt_ids))
-        started = time.perf_counter()
-        cache, reused = self.prefix_cache.take(buffer_id, model, prompt_ids)
+        cache, reused = run.take_cache()
         hidden, logits = runner.prefill(prompt_ids[reused:], cache)
-        result.forward_passes = 1
-        prefilled = time.perf_counter()
-        result.prefill_ms = (prefilled - started) * 1000
+        run.prefilled()
         context = TokenIndex(prompt_ids) if "prompt" in self.sources else None
         committed = list(prompt_ids)  # ids whose keys/values are in the cache
-        previous = self.previous.get(buffer_id) if buffer_id is not None else None
+        previous = self.previous.get(run.buffer_id) if run.buffer_id is not None else None
         drafted = accepted_total = 0
         by_source: dict[str, int] = {}
-        while (token := take_next(logits, result, rules, allowed_tokens)) is not None:
-            reason: str | None = None  # set when an accepted draft token ends generation
+        while (token := run.take_next(logits)) is not None:
             committed.append(token)
             if context is not None:
                 context.extend((token,))
@@ -303,44 +283,28 @@ class SpeculativeDecoder:
             result.forward_passes += 1
             drafted += len(tree)
             scores = PassLogits(runner, hiddens, tree.main)
-            # Walk down while the model's own choice is a drafted child.
-            node = 0
-            path = [0]
-            if len(tree):
-                while reason is None:
-                    kids = tree.children[node]
-                    if not kids:
-                        break
-                    allowed = allowed_tokens(result.tokens) if allowed_tokens else None
-                    choice = pick(scores.at(node), allowed) if allowed else scores.choice(node)
-                    kid = kids.get(choice)
-                    if kid is None:
-                        break
-                    reason = stop_reason_for(choice, result.tokens, rules)
-                    node = kid
-                    path.append(kid)
-                    source = tree.sources[kid - 1]
-                    by_source[source] = by_source.get(source, 0) + 1
-                runner.keep_path(cache, past, path, len(tree) + 1)
-                new = [tree.tokens[i - 1] for i in path[1:]]
-                committed.extend(new)
-                if context is not None:
-                    context.extend(new)
-                accepted_total += len(new)
-                truth = new + ([scores.choice(node)] if reason is None else [])
-            else:  # nothing drafted: still learn how the candidates would have done
-                truth = [scores.choice(0)]
-            if candidates:
+            path, ended = run.accept(tree, scores)
+            runner.keep_path(cache, past, path, len(tree) + 1)
+            new = [tree.tokens[i - 1] for i in path[1:]]
+            for i in path[1:]:
+                source = tree.sources[i - 1]
+                by_source[source] = by_source.get(source, 0) + 1
+            committed.extend(new)
+            if context is not None:
+                context.extend(new)
+            accepted_total += len(new)
+            node = path[-1]
+            if candidates:  # learn how the candidates did: the accepted path and the bonus
+                truth = new + ([] if ended else [scores.choice(node)])
                 self.stats.update(candidates, truth, len(truth))
                 for drafter in (self.heads, self.ngrams):
-                    if drafter is not None and hasattr(drafter, "feedback"):
+                    if drafter is not None:
                         drafter.feedback(truth)
             hidden, logits = hiddens[node], scores.at(node)
-            if reason is not None:
-                result.stop_reason = reason
+            if ended:
                 break
-        result.decode_ms = (time.perf_counter() - prefilled) * 1000
-        self._remember(buffer_id, model, committed, cache, len(prompt_ids))
+        run.keep(committed, cache)
+        self._remember(run.buffer_id, committed, len(prompt_ids))
         decode_passes = max(result.forward_passes - 1, 1)
         result.stats = {
             "speculative": True,
@@ -354,7 +318,6 @@ class SpeculativeDecoder:
         self.totals["tokens"] += len(result.tokens)
         for source, count in by_source.items():
             self.totals["sources"][source] = self.totals["sources"].get(source, 0) + count
-        return result
 
     def _candidates(
         self,
@@ -363,11 +326,11 @@ class SpeculativeDecoder:
         previous: TokenIndex | None,
         hidden: torch.Tensor,
         room: int,
-    ) -> list[Candidate]:
+    ) -> list[DraftCandidate]:
         if room <= 0:
             return []
         tail = committed[-3:]
-        out: list[Candidate] = []
+        out: list[DraftCandidate] = []
         if previous is not None:
             out += ngram_candidates("previous", previous, tail, room, self.stats)
         if context is not None:
@@ -395,22 +358,20 @@ class SpeculativeDecoder:
         self._heads_calls += 1  # skipped calls still advance toward the next probe
         return False
 
-    def _remember(
-        self, buffer_id: str | None, model: Any, committed: list[int], cache, prompt_len: int
-    ) -> None:
-        if buffer_id is None:
+    def _remember(self, buffer_id: str | None, committed: list[int], prompt_len: int) -> None:
+        """The suggestion just made, with a little of the prompt before it (to find where it
+        went), as the buffer's `previous` draft source."""
+        if buffer_id is None or "previous" not in self.sources or len(committed) <= prompt_len:
             return
-        self.prefix_cache.put(buffer_id, model, committed, cache)
-        if "previous" in self.sources and len(committed) > prompt_len:
-            start = max(0, prompt_len - PREVIOUS_CONTEXT)
-            self.previous[buffer_id] = TokenIndex(committed[start:])
-            self.previous.move_to_end(buffer_id)
-            while len(self.previous) > self.prefix_cache.max_buffers:
-                self.previous.popitem(last=False)
+        start = max(0, prompt_len - PREVIOUS_CONTEXT)
+        self.previous[buffer_id] = TokenIndex(committed[start:])
+        self.previous.move_to_end(buffer_id)
+        while len(self.previous) > self.prefix_cache.max_buffers:
+            self.previous.popitem(last=False)
 
     def describe(self) -> dict[str, Any]:
         return {
-            "prefixCache": self.prefix_cache.stats(),
+            **super().describe(),
             "costModelMs": self.cost_model.costs if self.cost_model else None,
             "totals": self.totals,
             "heads": self.heads is not None,

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from memosight_lsp.engine.fused_trunk import trunk_for
+from memosight_lsp.engine.fused_trunk import prepare_trunk
 from memosight_lsp.engine.kv_cache import new_cache
 from memosight_lsp.engine.loading import position_limit
 from memosight_lsp.engine.ngram_model import (
@@ -197,7 +197,7 @@ def model_labels(model, ids: np.ndarray) -> np.ndarray:
     """The model's greedy choice after every position of ids, read in windows of LABEL_WINDOW
     tokens (fewer if its positions end sooner) through the decoders' own trunk (the last label
     looks past the file: never counted)."""
-    trunk = trunk_for(model)
+    trunk = prepare_trunk(model)
     device = next(model.parameters()).device
     size = min(LABEL_WINDOW, position_limit(model.config) or LABEL_WINDOW)
     out = np.empty(len(ids), dtype=np.int64)

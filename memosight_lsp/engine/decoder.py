@@ -1,0 +1,245 @@
+"""What every decoder shares: stop rules, the Generation it fills, the greedy step, the walk that
+accepts drafted tokens, and the Decoder base that runs a call.
+
+A decoder is a Decoder with one method, generate(run). It takes a cache from the run (which
+starts the clock), prefills the prompt, calls run.prefilled(), then steps with
+run.take_next(logits) until that gives None; drafting decoders verify a draft in one pass and
+keep what run.accept(tree, scores) walks. The base builds the Generation, times prefill and
+decode, and keeps the cache a per-buffer decoder hands to run.keep() for that buffer's next
+call (PrefixCache). What CompletionEngine calls on any decoder (warm_up, set_workspace_tokens,
+forget, describe) is declared here, with defaults for decoders that time, draft or keep nothing
+more.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import torch
+from transformers import DynamicCache
+
+from .drafters import DraftTree
+from .kv_cache import new_cache
+from .prefix_cache import PrefixCache
+
+# Tokens allowed next, given the tokens generated so far; None means any token.
+AllowedTokens = Callable[[Sequence[int]], Sequence[int] | None]
+
+
+@dataclass(kw_only=True)
+class StopRules:
+    max_new_tokens: int
+    stop_token_ids: frozenset[int] = frozenset()
+    # Called after each accepted token with all new tokens; True ends generation (stop strings).
+    should_stop: Callable[[Sequence[int]], bool] | None = None
+    # Polled between forward passes; True abandons the generation (superseded request).
+    cancelled: Callable[[], bool] | None = None
+
+
+@dataclass(kw_only=True)
+class Generation:
+    tokens: list[int]  # new tokens, without the stop token
+    prompt_tokens: int
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+    forward_passes: int = 0
+    stop_reason: str = "max_tokens"  # max_tokens | eos | stop | cancelled
+    stats: dict = field(default_factory=dict)  # accelerator details (accepted tokens per pass...)
+
+
+def pick(logits: torch.Tensor, allowed: Sequence[int] | None) -> int:
+    """argmax over the vocabulary [V], or over the allowed ids only."""
+    if allowed is None:
+        return int(torch.argmax(logits))
+    index = torch.as_tensor(list(allowed), dtype=torch.long, device=logits.device)
+    return int(index[torch.argmax(logits[index])])
+
+
+def record_token(token: int, new_tokens: list[int], rules: StopRules) -> str | None:
+    """Appends `token` to new_tokens unless it is a stop token; returns why generation ends
+    with it, if it does."""
+    if token in rules.stop_token_ids:
+        return "eos"
+    new_tokens.append(token)
+    if rules.should_stop is not None and rules.should_stop(new_tokens):
+        return "stop"
+    if len(new_tokens) >= rules.max_new_tokens:
+        return "max_tokens"
+    return None
+
+
+def take_next(
+    logits: torch.Tensor,
+    result: Generation,
+    rules: StopRules,
+    allowed_tokens: AllowedTokens | None,
+) -> int | None:
+    """The greedy next token from logits [V], recorded in result; None once generation ends
+    (result.stop_reason then says why). Every decoder steps through this, so all stop alike."""
+    allowed = allowed_tokens(result.tokens) if allowed_tokens else None
+    token = pick(logits, allowed)
+    reason = record_token(token, result.tokens, rules)
+    if reason is None and rules.cancelled is not None and rules.cancelled():
+        reason = "cancelled"
+    if reason is not None:
+        result.stop_reason = reason
+        return None
+    return token
+
+
+class PassScores(Protocol):
+    """The logits of one verification pass, row i predicting the token after input i."""
+
+    def at(self, i: int) -> torch.Tensor:
+        """Logits [V] of row i."""
+        ...
+
+    def choice(self, i: int) -> int:
+        """The argmax of row i."""
+        ...
+
+
+class RowScores:
+    """PassScores of a pass whose logits [1+k, V] are all computed."""
+
+    def __init__(self, rows: torch.Tensor) -> None:
+        self.rows = rows
+
+    def at(self, i: int) -> torch.Tensor:
+        return self.rows[i]
+
+    def choice(self, i: int) -> int:
+        return int(torch.argmax(self.rows[i]))
+
+
+class Run:
+    """One call of a decoder: its inputs, the Generation it fills and the clock."""
+
+    def __init__(
+        self,
+        model: Any,
+        prompt_ids: Sequence[int],
+        rules: StopRules,
+        allowed_tokens: AllowedTokens | None,
+        buffer_id: str | None,
+        prefix_cache: PrefixCache,
+    ) -> None:
+        self.model = model
+        self.prompt_ids = prompt_ids
+        self.rules = rules
+        self.allowed_tokens = allowed_tokens
+        self.buffer_id = buffer_id  # the per-buffer state key, None for a one-off call
+        self.result = Generation(tokens=[], prompt_tokens=len(prompt_ids))
+        self._prefix_cache = prefix_cache
+        self._started = self._prefilled = 0.0
+        self._kept: tuple[list[int], DynamicCache] | None = None
+
+    def take_cache(self) -> tuple[DynamicCache, int]:
+        """Starts the clock. The buffer's cache from its last call and how many prompt tokens it
+        holds already (at most all but the last); an empty cache and 0 without one."""
+        self._started = time.perf_counter()
+        return self._prefix_cache.take(self.buffer_id, self.model, self.prompt_ids)
+
+    def new_cache(self) -> DynamicCache:
+        """Starts the clock. An empty cache, for decoders that reuse nothing."""
+        self._started = time.perf_counter()
+        return new_cache(self.model)
+
+    def prefilled(self) -> None:
+        """The prompt is in the cache after one forward pass: decoding starts."""
+        self._prefilled = time.perf_counter()
+        self.result.forward_passes = 1
+        self.result.prefill_ms = (self._prefilled - self._started) * 1000
+
+    def take_next(self, logits: torch.Tensor) -> int | None:
+        """The greedy next token from logits [V] (see take_next); None once generation ends."""
+        return take_next(logits, self.result, self.rules, self.allowed_tokens)
+
+    def accept(self, tree: DraftTree, scores: PassScores) -> tuple[list[int], bool]:
+        """Walks down the drafted tree while the model's own choice (under allowed_tokens) is a
+        drafted child, recording each accepted token like take_next. Returns the path of node
+        indices (0: the root, the last committed token) and whether an accepted token ended
+        generation (result.stop_reason then says why)."""
+        tokens, rules, allowed_tokens = self.result.tokens, self.rules, self.allowed_tokens
+        children = tree.children
+        node = 0
+        path = [0]
+        reason: str | None = None
+        while reason is None:
+            kids = children[node]
+            if not kids:
+                break
+            allowed = allowed_tokens(tokens) if allowed_tokens else None
+            choice = pick(scores.at(node), allowed) if allowed else scores.choice(node)
+            kid = kids.get(choice)
+            if kid is None:
+                break
+            reason = record_token(choice, tokens, rules)
+            node = kid
+            path.append(kid)
+        if reason is not None:
+            self.result.stop_reason = reason
+        return path, reason is not None
+
+    def keep(self, tokens: list[int], cache: DynamicCache) -> None:
+        """Keep `cache`, holding exactly `tokens`, for the buffer's next call."""
+        self._kept = (tokens, cache)
+
+    def finish(self) -> None:
+        """Decoding is over: time it, then keep the buffer's cache (outside the timing)."""
+        self.result.decode_ms = (time.perf_counter() - self._prefilled) * 1000
+        if self._kept is not None:
+            self._prefix_cache.put(self.buffer_id, self.model, *self._kept)
+
+
+class Decoder(ABC):
+    """A decoding method, called as decoder(model, prompt_ids, rules, allowed_tokens=...,
+    buffer_id=...) -> Generation. Subclasses write generate(run) (see the module doc)."""
+
+    # Whether CompletionEngine should hand it the other open buffers' tokens (costs an encode).
+    drafts_from_workspace: ClassVar[bool] = False
+
+    def __init__(self, *, prefix_cache: PrefixCache | None = None) -> None:
+        # Per-buffer KV caches, for decoders that take_cache() and keep() them.
+        self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
+
+    def __call__(
+        self,
+        model: Any,
+        prompt_ids: Sequence[int],
+        rules: StopRules,
+        *,
+        allowed_tokens: AllowedTokens | None = None,
+        buffer_id: str | None = None,
+    ) -> Generation:
+        run = Run(model, prompt_ids, rules, allowed_tokens, buffer_id, self.prefix_cache)
+        if rules.max_new_tokens > 0 and prompt_ids:
+            self.generate(run)
+            run.finish()
+        return run.result
+
+    @abstractmethod
+    def generate(self, run: Run) -> None:
+        """Decode run.prompt_ids into run.result: take a cache from the run, prefill, call
+        run.prefilled(), then step with run.take_next() (and run.accept()) until it ends."""
+
+    def warm_up(self, model: Any, prompt_tokens: int) -> None:
+        """Do now what the first call for prompts of about `prompt_tokens` would time on the
+        machine, so that no completion waits for it. Nothing, unless a decoder times something."""
+        return
+
+    def set_workspace_tokens(self, documents: Sequence[Sequence[int]]) -> None:
+        """Other workspace text (token ids) to draft from, for decoders that
+        drafts_from_workspace; replaces the previous set."""
+        return
+
+    def forget(self, buffer_id: str) -> None:
+        """Drop what is kept for a closed buffer."""
+        self.prefix_cache.forget(buffer_id)
+
+    def describe(self) -> dict[str, Any]:
+        return {"prefixCache": self.prefix_cache.stats()}
