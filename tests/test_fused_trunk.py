@@ -16,7 +16,7 @@ from memosight_lsp.engine.fused_trunk import (
     prepare_trunk,
 )
 from memosight_lsp.engine.kv_cache import new_cache
-from memosight_lsp.engine.row_kernels import COPY, FEW_ROWS, LINEAR, TRANSPOSED, RowKernels
+from memosight_lsp.engine.row_kernels import COPY, FEW_ROWS, LINEAR, TRANSPOSED, Product, RowKernels
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -178,7 +178,7 @@ def test_logits_match_the_models_lm_head(rows, kernel):
     """Every row count, each row kernel (TRANSPOSED pads one row to two)."""
     model = build("llama").eval()
     trunk = prepare_trunk(model)
-    assert isinstance(trunk, FusedTrunk) and trunk.plain_head
+    assert isinstance(trunk, FusedTrunk) and isinstance(trunk.head, Product)
     trunk.kernels = RowKernels.fixed(kernel)
     hidden = torch.randn(rows, SHAPE["hidden_size"])
     with torch.inference_mode():

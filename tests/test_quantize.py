@@ -6,9 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
+from memosight_lsp.engine.kv_cache import new_cache
 from memosight_lsp.engine.quantize import (
     INT4_GROUP,
     QuantizedLinear,
+    QuantizedProduct,
     concat,
     quantize_model,
     quantize_weight,
@@ -96,3 +99,56 @@ def test_a_tied_head_gets_its_own_copy_and_the_embedding_stays():
     assert isinstance(lm.get_output_embeddings(), QuantizedLinear)
     assert torch.equal(lm.get_input_embeddings().weight, table)
     assert not lm.config.tie_word_embeddings
+
+
+def wide_model(arch: str = "qwen2"):
+    """A tiny model whose products are wide enough for int4's 128-wide groups."""
+    from tests.tiny_models import LLAMA_FAMILY, MODEL_CLASSES
+
+    config_class, extra = LLAMA_FAMILY[arch]
+    if "head_dim" in extra:
+        extra = {**extra, "head_dim": 32}  # o_proj's input (heads x head_dim) must be 128
+    config = config_class(
+        vocab_size=300,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        **extra,
+    )
+    torch.manual_seed(0)
+    return MODEL_CLASSES[arch](config).eval().to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_the_fused_trunk_runs_quantized_weights_like_the_models_forward(kind, arch):
+    model = wide_model(arch)
+    quantize_model(model, kind)
+    ids = torch.randint(0, 300, (1, 20), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        reference = model(ids).logits[0].float()  # [S, V] through QuantizedLinear modules
+    trunk = prepare_trunk(model)
+    assert isinstance(trunk, FusedTrunk)
+    assert isinstance(trunk.head, QuantizedProduct) and not trunk.timed_kernels
+    assert isinstance(trunk.layers[0].qkv, QuantizedProduct)
+    # Same weights, bf16 rounding apart: a whole prompt at once, then token by token.
+    torch.testing.assert_close(
+        trunk.logits(trunk(ids, new_cache(model))), reference, rtol=0.02, atol=0.02
+    )
+    cache = new_cache(model)
+    trunk(ids[:, :10], cache)
+    steps = torch.cat([trunk.logits(trunk(ids[:, i : i + 1], cache)) for i in range(10, 20)])
+    torch.testing.assert_close(steps, reference[10:], rtol=0.02, atol=0.02)
+
+
+def test_fusing_int8_qkv_leaves_the_modules_as_views():
+    model = wide_model("qwen2")
+    quantize_model(model, "int8")
+    prepare_trunk(model)
+    attn = model.model.layers[0].self_attn
+    fused = prepare_trunk(model).layers[0].qkv.weight.data
+    assert attn.q_proj.quantized.data.data_ptr() == fused.data_ptr()
+    assert attn.k_proj.quantized.data.data_ptr() == fused[attn.q_proj.out_features :].data_ptr()

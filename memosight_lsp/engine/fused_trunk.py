@@ -33,6 +33,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from .kv_cache import cache_for_config
+from .quantize import QuantizedLinear, QuantizedProduct, fuse_quantized
 from .row_kernels import COPY, COPY_MAX_BYTES, FEW_ROWS, LINEAR, TRANSPOSED, Product, RowKernels
 
 FUSED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
@@ -70,8 +71,9 @@ def fused_unsupported_reason(model: Any) -> str | None:
         attn, mlp = layer.self_attn, layer.mlp
         linears = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj]
         linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
-        if any(type(module) is not nn.Linear for module in linears):
-            return "quantized or custom linear layers"
+        kinds = {type(module) for module in linears}
+        if len(kinds) > 1 or not kinds <= {nn.Linear, QuantizedLinear}:
+            return "custom or partly quantized linear layers"
         norms += [layer.input_layernorm, layer.post_attention_layernorm]
         norms += [getattr(attn, name) for name in ("q_norm", "k_norm") if hasattr(attn, name)]
     if not all(hasattr(norm, "variance_epsilon") for norm in norms):
@@ -129,9 +131,11 @@ class HFTrunk:
         return self.lm_head(hidden).float()
 
 
-def _fuse(linears: list[nn.Linear]) -> Product:
+def _fuse(linears: list[Any]) -> Product | QuantizedProduct:
     """One [sum(out), in] weight (and bias) for linears over the same input. Each module's weight
     becomes a view of its rows, so nothing stays copied."""
+    if isinstance(linears[0], QuantizedLinear):
+        return fuse_quantized(linears)
     weight = torch.cat([module.weight.detach() for module in linears]).contiguous()
     bias = None
     if any(module.bias is not None for module in linears):
@@ -229,16 +233,25 @@ class FusedTrunk(HFTrunk):
             _FusedLayer(layer, model.config, index) for index, layer in enumerate(base.layers)
         ]
         self.model_config = model.config
-        self.plain_head = type(self.lm_head) is nn.Linear
-        self.head = Product(self.lm_head.weight, getattr(self.lm_head, "bias", None))
-        # Few-row products may run any kernel on a CPU in fp32 (row_kernels); elsewhere F.linear.
-        weight = self.lm_head.weight
-        self.timed_kernels = self.plain_head and weight.is_cpu and weight.dtype == torch.float32
-        self.kernels: RowKernels | None = None
+        # The head this trunk multiplies itself (a plain or quantized linear), else the module's.
+        self.head: Product | QuantizedProduct | None = None
+        if type(self.lm_head) is nn.Linear:
+            self.head = Product(self.lm_head.weight, getattr(self.lm_head, "bias", None))
+        elif isinstance(self.lm_head, QuantizedLinear):
+            self.head = QuantizedProduct(self.lm_head.quantized, self.lm_head.bias)
+        # Few-row products may run any kernel on a CPU in fp32 (row_kernels); elsewhere F.linear
+        # or the quantized kernel.
         products = self._products()
-        size = sum(p.weight.numel() * p.weight.element_size() for p in products)
+        dense = [p for p in products if isinstance(p, Product)]
+        self.timed_kernels = (
+            self.head is not None
+            and len(dense) == len(products)
+            and all(p.weight.is_cpu and p.weight.dtype == torch.float32 for p in dense)
+        )
+        self.kernels: RowKernels | None = None
+        size = sum(p.weight.numel() * p.weight.element_size() for p in dense)
         if self.timed_kernels and size <= COPY_MAX_BYTES:
-            for product in products:
+            for product in dense:
                 product.make_copy()
 
     def _hidden(
@@ -270,13 +283,15 @@ class FusedTrunk(HFTrunk):
                 self._drop_copies()  # never chosen: free the memory
         return self.kernels.kernel(rows)
 
-    def _products(self) -> list[Product]:
+    def _products(self) -> list[Product | QuantizedProduct]:
         layers = [(layer.qkv, layer.o, layer.gate, layer.up, layer.down) for layer in self.layers]
-        return [product for group in layers for product in group] + [self.head]
+        products = [product for group in layers for product in group]
+        return products + ([self.head] if self.head is not None else [])
 
     def _drop_copies(self) -> None:
         for product in self._products():
-            product.copy = None
+            if isinstance(product, Product):
+                product.copy = None
 
     def _forward(
         self,
@@ -315,7 +330,7 @@ class FusedTrunk(HFTrunk):
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if not self.plain_head:
+        if self.head is None:
             return super().logits(hidden)
         return self.head(hidden, self._kernel(hidden.shape[0])).float()
 
@@ -336,6 +351,7 @@ class FusedTrunk(HFTrunk):
 
         def run(rows: int, kernel: int) -> None:
             hidden = self._forward(ids[:, context : context + rows], cache, None, None, kernel)
+            assert self.head is not None  # timed kernels need the trunk's own head
             self.head(hidden, kernel)
             cache.crop(-rows)
 

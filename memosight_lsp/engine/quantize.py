@@ -4,7 +4,7 @@ weights, so fewer bytes per weight is fewer milliseconds per token.
 - int8: one scale per output channel (symmetric, amax / 127), products by
   `aten._weight_int8pack_mm` (activations bf16 on CPUs with native bf16).
 - int4: asymmetric groups of INT4_GROUP input channels (a scale and a zero per group), packed
-  two per byte for `aten._weight_int4pack_mm_for_cpu`.
+  two per byte for `aten._weight_int4pack_mm_for_cpu`; the LM head stays int8.
 
 `quantize_model` swaps the decoder's nn.Linear modules (and the LM head) for QuantizedLinear in
 place, freeing each dense weight as it goes, so the model's own forward keeps working and the
@@ -160,10 +160,55 @@ class QuantizedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, {kind}"
 
 
-def unsupported_reason(kind: Quantization, in_features: int) -> str | None:
-    """Why a product over `in_features` inputs cannot be quantized this way, if it cannot."""
-    if kind == "int4" and in_features % max(INT4_GROUP, 16 * INT4_INNER_K_TILES):
-        return f"int4 needs input sizes divisible by {INT4_GROUP} (this model has {in_features})"
+class QuantizedProduct:
+    """A fused trunk's product over a quantized weight: the same call as row_kernels.Product,
+    one kernel whatever the row count (there is no layout to choose)."""
+
+    copy = None  # row_kernels' transposed copy: never made for quantized weights
+
+    def __init__(self, weight: QuantizedWeight, bias: torch.Tensor | None) -> None:
+        self.weight = weight
+        self.bias = bias
+
+    def __call__(self, x: torch.Tensor, kernel: int = 0) -> torch.Tensor:
+        flat = x.reshape(-1, self.weight.in_features)  # [R, in]
+        out = self.weight.matmul(flat)  # [R, out]
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.weight.out_features)
+
+
+def fuse_quantized(linears: list[QuantizedLinear]) -> QuantizedProduct:
+    """One product for quantized linears over the same input (q/k/v). int8 modules become views
+    of the fused weight's rows; int4 ones keep their own (its packing tiles rows)."""
+    biases = [m.bias for m in linears]
+    bias = None
+    if any(b is not None for b in biases):
+        bias = torch.cat(
+            [
+                b.detach() if b is not None else torch.zeros(m.out_features)
+                for b, m in zip(biases, linears, strict=True)
+            ]
+        )
+    if len(linears) == 1:
+        return QuantizedProduct(linears[0].quantized, bias)
+    fused = concat([m.quantized for m in linears])
+    if fused.kind == "int8":
+        start = 0
+        for module in linears:
+            module.quantized = fused.rows(start, start + module.out_features)
+            start += module.out_features
+    return QuantizedProduct(fused, bias)
+
+
+def unsupported_reason(kind: Quantization, linear: nn.Linear) -> str | None:
+    """Why this linear cannot be quantized this way, if it cannot."""
+    if kind != "int4":
+        return None
+    if linear.in_features % max(INT4_GROUP, 16 * INT4_INNER_K_TILES):
+        return f"int4 needs input sizes divisible by {INT4_GROUP} (this has {linear.in_features})"
+    if linear.out_features % 16:
+        return f"int4 needs output sizes divisible by 16 (this has {linear.out_features})"
     return None
 
 
@@ -188,13 +233,17 @@ def quantize_model(model: Any, kind: Quantization) -> int:
     if kind == "none":
         return 0
     dtype = model.get_input_embeddings().weight.dtype
+    head = model.get_output_embeddings()
     freed = 0
     for parent, name, linear in list(quantizable_linears(model)):
-        reason = unsupported_reason(kind, linear.in_features)
+        # The LM head decides every token: int8 even under int4 (llama.cpp's mixes keep it
+        # at 6-8 bits too).
+        linear_kind: Literal["int8", "int4"] = "int8" if linear is head else kind
+        reason = unsupported_reason(linear_kind, linear)
         if reason is not None:
             raise ValueError(reason)
         with torch.no_grad():
-            weight = quantize_weight(linear.weight, kind, dtype)
+            weight = quantize_weight(linear.weight, linear_kind, dtype)
         bias = linear.bias.detach() if linear.bias is not None else None
         fingerprint = weight_fingerprint(linear.weight)
         setattr(parent, name, QuantizedLinear(weight, bias, fingerprint))
