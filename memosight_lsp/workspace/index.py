@@ -3,11 +3,11 @@ buffers kept in step with the editor, and a msgpack cache so a restart does not 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -76,8 +76,14 @@ class WorkspaceIndex:
         self._buffer_symbols: dict[str, FileSymbols] = {}
         self._names: dict[str, set[str]] = {}
         self._resolver = Resolver()
-        self._texts: OrderedDict[str, tuple[tuple[int, int], str]] = OrderedDict()
-        self._parsed: OrderedDict[str, FileSymbols] = OrderedDict()
+        # Disk texts by (rel, mtime_ns, size), for rendering snippets; and outlines of texts
+        # that match no file or buffer (a completion that ran ahead of its buffer update).
+        self._disk_text: Callable[[str, int, int], str] = functools.lru_cache(
+            maxsize=_TEXT_CACHE_SIZE
+        )(self._read_text)
+        self._parse_text: Callable[[str, str, bytes], FileSymbols] = functools.lru_cache(
+            maxsize=_PARSED_CACHE_SIZE
+        )(self._parse_unindexed)
         self._lock = threading.RLock()
         self._dirty = False
         self._watcher: object | None = None
@@ -126,8 +132,7 @@ class WorkspaceIndex:
             self._files = files
             self._rebuild_tables()
             self._dirty = parsed > 0 or len(files) != len(cached) or reused != len(cached)
-        if self._dirty:
-            self.save()
+        self.save_if_dirty()
         seconds = time.perf_counter() - started
         log.info(
             "indexed %d files (%d parsed, %d from cache) in %.2fs", total, parsed, reused, seconds
@@ -143,6 +148,11 @@ class WorkspaceIndex:
             snapshot = dict(self._files)
             self._dirty = False
         cache.save(self.cache_file, self.root, snapshot)
+
+    def save_if_dirty(self) -> None:
+        """Write the cache if files changed since it was written (scans, watcher events)."""
+        if self._dirty:
+            self.save()
 
     def _read_and_parse(
         self, rel: str, mtime_ns: int, old: FileSymbols | None
@@ -190,7 +200,6 @@ class WorkspaceIndex:
                 del self._files[rel]
                 self._resolver.remove(rel)
                 self._reindex_names(rel, before)
-                self._texts.pop(rel, None)
                 self._dirty = True
 
     def remove_under(self, path: str | Path) -> None:
@@ -299,32 +308,21 @@ class WorkspaceIndex:
             buffer = self._buffers.get(rel)
             if buffer is not None:
                 return buffer.text
+        try:
+            stat = self.abspath(rel).stat()
+            return self._disk_text(rel, stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            return None
+
+    def _read_text(self, rel: str, mtime_ns: int, size: int) -> str:
+        """The file's text as of this stat (memoised in __init__ by those three)."""
+        data = self.abspath(rel).read_bytes()
+        with self._lock:
             symbols = self._files.get(rel)
-            hit = self._texts.get(rel)
-        file = self.abspath(rel)
-        try:
-            stat = file.stat()
-        except OSError:
-            return None
-        stamp = (stat.st_mtime_ns, stat.st_size)
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        try:
-            data = file.read_bytes()
-        except OSError:
-            return None
-        unchanged = symbols is not None and (symbols.size, symbols.mtime_ns) == (
-            stat.st_size,
-            stat.st_mtime_ns,
-        )
+        unchanged = symbols is not None and (symbols.size, symbols.mtime_ns) == (size, mtime_ns)
         if symbols is not None and not unchanged and content_digest(data) != symbols.digest:
             self.update_file(rel)  # changed behind our back (watcher not yet flushed)
-        text = data.decode("utf-8", "replace")
-        with self._lock:
-            self._texts[rel] = (stamp, text)
-            while len(self._texts) > _TEXT_CACHE_SIZE:
-                self._texts.popitem(last=False)
-        return text
+        return data.decode("utf-8", "replace")
 
     def symbols_for_text(
         self, path: str | Path | None, text: str, language_id: str | None = None
@@ -340,15 +338,14 @@ class WorkspaceIndex:
             for known in (self._buffer_symbols.get(rel), self._files.get(rel)):
                 if known is not None and known.digest == digest:
                     return known
-            hit = self._parsed.get(digest)
-            if hit is not None and hit.path == rel:
-                return hit
-        symbols = parse_source(spec, rel, data)
-        with self._lock:
-            self._parsed[digest] = symbols
-            while len(self._parsed) > _PARSED_CACHE_SIZE:
-                self._parsed.popitem(last=False)
-        return symbols
+        return self._parse_text(spec.name, rel, data)
+
+    @staticmethod
+    def _parse_unindexed(language: str, rel: str, data: bytes) -> FileSymbols:
+        """(memoised in __init__)"""
+        spec = language_named(language)
+        assert spec is not None  # the name came from a spec
+        return parse_source(spec, rel, data)
 
     def language(self, rel: str) -> LanguageSpec | None:
         symbols = self._effective(rel)
@@ -370,8 +367,7 @@ class WorkspaceIndex:
         self._watcher = None
         if watcher is not None:
             watcher.stop()  # type: ignore[attr-defined]
-        if self._dirty:
-            self.save()
+        self.save_if_dirty()
 
     # -- internals -----------------------------------------------------------------------------
     def _effective(self, rel: str) -> FileSymbols | None:
