@@ -1,22 +1,28 @@
 """The workspace index: every source file's definitions and imports, a symbol table over them, open
-buffers kept in step with the editor, and a msgpack cache so a restart does not re-parse."""
+buffers kept in step with the editor, and a msgpack cache so a restart does not re-parse.
+
+Disk changes arrive as file events (apply_events), from a watcher that whoever owns the index
+starts and stops (server/indexes.py).
+"""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from . import cache
 from .buffers import Buffer, TextEdit
+from .events import FileEvent
 from .extract import extract
-from .files import MAX_FILE_BYTES, is_binary, is_indexable, iter_source_files
+from .files import MAX_FILE_BYTES, VENDORED_DIRS, is_binary, is_indexable, iter_source_files
 from .languages import LanguageSpec, language_for, language_named, parser
 from .resolve import Resolver, Target
 from .symbols import Definition, FileSymbols, Import
@@ -86,7 +92,6 @@ class WorkspaceIndex:
         )(self._parse_unindexed)
         self._lock = threading.RLock()
         self._dirty = False
-        self._watcher: object | None = None
 
     # -- paths ---------------------------------------------------------------------------------
     def relpath(self, path: str | Path) -> str:
@@ -209,6 +214,29 @@ class WorkspaceIndex:
             doomed = [rel for rel in self._files if rel.startswith(prefix)]
         for rel in doomed:
             self.remove_file(rel)
+
+    def apply_events(self, events: Mapping[str, FileEvent]) -> list[str]:
+        """A watcher's batch (absolute path -> its latest event), applied in path order; returns
+        the root-relative paths it touched (workspace/events.py: this makes the index a sink)."""
+        changed: list[str] = []
+        for path in sorted(events):
+            event = events[path]
+            try:
+                if event is FileEvent.REMOVE:
+                    self.remove_file(path)
+                elif event is FileEvent.REMOVE_DIR:
+                    self.remove_under(path)
+                elif event is FileEvent.SCAN_DIR:
+                    for folder, dirs, names in os.walk(path):
+                        dirs[:] = [d for d in dirs if d not in VENDORED_DIRS]
+                        for name in names:
+                            self.update_file(os.path.join(folder, name))
+                else:
+                    self.update_file(path)
+                changed.append(self.relpath(path))
+            except Exception:  # one bad file must not stop the rest (nor the watcher's thread)
+                log.exception("index update for %s failed", path)
+        return changed
 
     def _set_file(self, rel: str, symbols: FileSymbols) -> None:
         before = self._effective(rel)
@@ -350,24 +378,6 @@ class WorkspaceIndex:
     def language(self, rel: str) -> LanguageSpec | None:
         symbols = self._effective(rel)
         return language_named(symbols.language) if symbols else language_for(rel)
-
-    # -- watching ------------------------------------------------------------------------------
-    def start_watching(
-        self, debounce_s: float = 0.2, on_change: Callable[[list[str]], None] | None = None
-    ) -> None:
-        from .watcher import Watcher  # watchdog starts threads: only load it when asked
-
-        if self._watcher is None:
-            watcher = Watcher(self, debounce_s=debounce_s, on_change=on_change)
-            watcher.start()
-            self._watcher = watcher
-
-    def stop_watching(self) -> None:
-        watcher = self._watcher
-        self._watcher = None
-        if watcher is not None:
-            watcher.stop()  # type: ignore[attr-defined]
-        self.save_if_dirty()
 
     # -- internals -----------------------------------------------------------------------------
     def _effective(self, rel: str) -> FileSymbols | None:
