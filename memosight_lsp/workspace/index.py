@@ -343,7 +343,7 @@ class WorkspaceIndex:
             return None
 
     def _read_text(self, rel: str, mtime_ns: int, size: int) -> str:
-        """The file's text as of this stat (memoised in __init__ by those three)."""
+        """The file's text as of this stat (memoised per index, keyed by all three)."""
         data = self.abspath(rel).read_bytes()
         with self._lock:
             symbols = self._files.get(rel)
@@ -370,7 +370,7 @@ class WorkspaceIndex:
 
     @staticmethod
     def _parse_unindexed(language: str, rel: str, data: bytes) -> FileSymbols:
-        """(memoised in __init__)"""
+        """The outline of a text that matches no file or buffer (memoised per index)."""
         spec = language_named(language)
         assert spec is not None  # the name came from a spec
         return parse_source(spec, rel, data)
