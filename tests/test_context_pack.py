@@ -8,6 +8,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from memosight_lsp.context import PackedContext, build_context
+from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.context.types import SNIPPET_KINDS
 from memosight_lsp.workspace import WorkspaceIndex
 
@@ -193,6 +194,28 @@ def test_deterministic_and_stable_under_typing(project, bpe_count) -> None:
     after = ctx(index, root, text=typed, column=7, count=bpe_count)
     cross = first.prefix[: first.prefix.index("# file: pkg/app.py")]
     assert cross and after.prefix.startswith(cross)
+
+
+def test_a_token_counter_keeps_its_memo_across_calls_and_a_function_keeps_none(project) -> None:
+    index, root = project
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return char_count(text)
+
+    def calls(count_tokens) -> int:
+        before = len(counted)
+        ctx(index, root, count=count_tokens)
+        return len(counted) - before
+
+    # A plain function: nothing is kept between calls (no registry keyed by the function).
+    assert calls(count) == calls(count)
+    counter = TokenCounter(count)
+    cold = calls(counter)
+    warm = calls(counter)  # the lines and snippets were counted in the first call
+    assert warm < cold / 2
+    assert ctx(index, root, count=counter) == ctx(index, root, count=count)
 
 
 def test_long_enclosing_function_keeps_its_head(project) -> None:

@@ -11,15 +11,19 @@ ghost text itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
+
+from memosight_lsp.config import Settings, settings_to_wire, snake_to_camel
 
 ROOT = Path(__file__).resolve().parents[1]
 LUA_TESTS = ROOT / "editors" / "neovim" / "tests"
@@ -59,6 +63,49 @@ def run_lua(
     assert proc.returncode == 0 and summary and summary.group(2) == "0", output
     assert int(summary.group(1)) > 0, output
     return output
+
+
+_LUA_TYPES: dict[object, str] = {
+    bool: "boolean",
+    int: "number",
+    str: "string",
+    str | None: "string?",
+}
+
+
+def lua_rule(hint: object) -> object:
+    """What config.lua's schema says for a config.py type hint."""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint)
+        return {snake_to_camel(f.name): lua_rule(hints[f.name]) for f in dataclasses.fields(hint)}
+    if typing.get_origin(hint) is typing.Literal:
+        return list(typing.get_args(hint))
+    if typing.get_origin(hint) is dict:
+        return "table"
+    assert hint in _LUA_TYPES, f"config.lua has no rule for {hint!r}: teach lua_rule"
+    return _LUA_TYPES[hint]
+
+
+def test_neovim_settings_schema_matches_the_server(tmp_path: Path) -> None:
+    """editors/neovim/lua/memosight/config.lua copies memosight_lsp/config.py's settings tree:
+    same keys, types and choices, and the server's defaults pass the plugin's checks (the plugin
+    sends only what the user set, so it holds no defaults of its own to compare)."""
+    assert NVIM is not None
+    defaults = tmp_path / "defaults.json"
+    defaults.write_text(json.dumps(settings_to_wire(Settings())))
+    out = tmp_path / "schema.json"
+    env = dict(os.environ, MEMOSIGHT_DEFAULTS=str(defaults), MEMOSIGHT_SCHEMA_OUT=str(out))
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        env[name] = str(tmp_path / name.lower())
+    init, script = LUA_TESTS / "minimal_init.lua", LUA_TESTS / "settings_schema.lua"
+    cmd = [NVIM, "--headless", "--clean", "-u", str(init), "-c", f"luafile {script}", "-c", "qa!"]
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert out.exists(), proc.stdout + proc.stderr
+    dumped = json.loads(out.read_text())
+    assert dumped["schema"] == lua_rule(Settings)
+    assert dumped["defaults_ok"], dumped["error"]
 
 
 @pytest.mark.parametrize("nvim", ALL_NVIMS)

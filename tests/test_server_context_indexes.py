@@ -11,7 +11,7 @@ from pygls.workspace import PositionCodec
 
 from memosight_lsp.server.indexes import Change, WorkspaceIndexes, to_edits
 from memosight_lsp.workspace import Buffer, WorkspaceIndex, language_for
-from memosight_lsp.workspace.watcher import watch_plan
+from memosight_lsp.workspace.watcher import Watcher, watch_plan
 
 
 def change(start: tuple[int, int], end: tuple[int, int], text: str) -> Change:
@@ -87,7 +87,8 @@ def test_watcher_skips_vendored_folders_and_follows_new_ones(tmp_path):
     }
     index = WorkspaceIndex(tmp_path, use_cache=False)
     index.scan()
-    index.start_watching(debounce_s=0.05)
+    watcher = Watcher(index.root, index, debounce_s=0.05)
+    watcher.start()
     try:
         (tmp_path / "fresh").mkdir()  # a new top-level folder: watched once created
         time.sleep(0.3)
@@ -104,4 +105,39 @@ def test_watcher_skips_vendored_folders_and_follows_new_ones(tmp_path):
             time.sleep(0.05)
         assert index.definitions("tool")
     finally:
-        index.stop_watching()
+        watcher.stop()
+
+
+def watchdog_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if type(t).__module__.startswith("watchdog")]
+
+
+def test_indexes_own_the_watchers_they_start(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.py").write_text("def alpha():\n    pass\n")
+    before = len(watchdog_threads())
+    scanned = threading.Event()
+
+    def progress(folder, phase, percent, message) -> None:
+        if phase == "end":
+            scanned.set()
+
+    indexes = WorkspaceIndexes(progress)
+    try:
+        indexes.set_roots([root])
+        assert scanned.wait(30)
+        index = indexes.index_for(str(root / "a.py"))
+        assert index is not None and len(watchdog_threads()) > before
+        (root / "b.py").write_text("def beta():\n    pass\n")
+        deadline = time.monotonic() + 10
+        while not index.definitions("beta") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert index.definitions("beta")
+        indexes.set_roots([])  # a folder no longer served: its watcher stops, what it learned stays
+        indexes.wait_idle(10)
+        assert len(watchdog_threads()) == before
+    finally:
+        indexes.stop()
+    assert WorkspaceIndex(root).scan().parsed == 0

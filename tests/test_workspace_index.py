@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import msgpack
 import pytest
 
-from memosight_lsp.workspace import WorkspaceIndex
+from memosight_lsp.workspace import WorkspaceIndex, language_for, parse_source
 from memosight_lsp.workspace import cache as index_cache
 
 
@@ -167,3 +168,30 @@ def test_text_follows_disk_changes(project: Path) -> None:
     assert index.text("pkg/util.py").startswith("\n\ndef helper")
     # Reading the changed text re-indexed it, so ranges match the text.
     assert index.definitions("helper")[0][1].start_line == 2
+
+
+def test_texts_ahead_of_the_index_are_parsed_once(project: Path) -> None:
+    index = WorkspaceIndex(project, use_cache=False)
+    index.scan()
+    text = "def ahead():\n    pass\n"  # matches neither the file nor a buffer
+    first = index.symbols_for_text("pkg/util.py", text)
+    assert first is not None and [d.name for d in first.definitions] == ["ahead"]
+    assert index.symbols_for_text("pkg/util.py", text) is first
+    other = index.symbols_for_text("pkg/other.py", text)
+    assert other is not None and other.path == "pkg/other.py"
+
+
+def test_outline_lookups_are_derived_data(project: Path) -> None:
+    source = b"class A:\n    def f(self): pass\n    def g(self): pass\n\ndef f(): pass\n"
+    spec = language_for("m.py")
+    assert spec is not None
+    outline = parse_source(spec, "m.py", source)
+    assert [d.name for d in outline.definitions] == ["A", "f", "g", "f"]
+    assert list(outline.indices_named("f")) == [1, 3] and outline.indices_named("h") == ()
+    assert [d.name for d in outline.members(0)] == ["f", "g"] and outline.members(3) == ()
+    # Built on first use, they change neither equality, repr nor the cached form.
+    fresh = parse_source(spec, "m.py", source)
+    assert outline == fresh and repr(outline) == repr(fresh)
+    assert outline.to_wire() == fresh.to_wire()
+    moved = replace(outline, mtime_ns=5)
+    assert list(moved.indices_named("f")) == [1, 3]

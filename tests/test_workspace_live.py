@@ -5,11 +5,14 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from memosight_lsp.workspace import Buffer, Import, TextEdit, WorkspaceIndex, language_for
+from memosight_lsp.workspace.events import FileEvent
+from memosight_lsp.workspace.watcher import Watcher
 
 
 def write(root: Path, rel: str, text: str) -> Path:
@@ -170,7 +173,8 @@ def test_watcher_follows_create_modify_delete_move(tmp_path: Path) -> None:
     index = WorkspaceIndex(root, cache_dir=tmp_path / "cache")
     index.scan()
     changes = Changes()
-    index.start_watching(debounce_s=0.05, on_change=changes)
+    watcher = Watcher(index.root, index, debounce_s=0.05, on_change=changes)
+    watcher.start()
     try:
         write(root, "b.py", "def beta(): pass\n")
         changes.wait(index, lambda: index.definitions("beta"))
@@ -189,7 +193,56 @@ def test_watcher_follows_create_modify_delete_move(tmp_path: Path) -> None:
         changes.wait(index, lambda: index.definitions("epsilon"))
         assert not index.definitions("vendored")
     finally:
-        index.stop_watching()
+        watcher.stop()
+        index.save_if_dirty()  # as the watcher's owner does (server/indexes.py)
     # Stopping saves what the watcher learned.
     again = WorkspaceIndex(root, cache_dir=tmp_path / "cache")
     assert again.scan().parsed == 0
+
+
+def test_index_applies_a_batch_of_file_events(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "a.py", "def alpha(): pass\n")
+    write(root, "old/b.py", "def beta(): pass\n")
+    index = WorkspaceIndex(root, use_cache=False)
+    index.scan()
+    (root / "a.py").unlink()
+    (root / "old" / "b.py").unlink()
+    write(root, "new/c.py", "def gamma(): pass\n")
+    write(root, "new/node_modules/v.js", "function vendored() {}\n")
+    write(root, "d.py", "def delta(): pass\n")
+    events = {
+        str(root / "a.py"): FileEvent.REMOVE,
+        str(root / "old"): FileEvent.REMOVE_DIR,
+        str(root / "new"): FileEvent.SCAN_DIR,
+        str(root / "d.py"): FileEvent.UPDATE,
+    }
+    assert index.apply_events(events) == ["a.py", "d.py", "new", "old"]
+    assert index.files() == ["d.py", "new/c.py"]
+
+
+def test_watcher_hands_coalesced_events_to_any_sink(tmp_path: Path) -> None:
+    """The watcher knows the index only as an EventSink: one method, apply_events."""
+
+    class Sink:
+        def __init__(self) -> None:
+            self.batches: list[dict[str, FileEvent]] = []
+            self.event = threading.Event()
+
+        def apply_events(self, events: Mapping[str, FileEvent]) -> list[str]:
+            self.batches.append(dict(events))
+            self.event.set()
+            return [Path(p).name for p in events]
+
+    sink = Sink()
+    seen: list[str] = []
+    watcher = Watcher(tmp_path, sink, debounce_s=0.2, on_change=seen.extend)
+    watcher.start()
+    try:
+        for n in range(3):  # one path written three times: one event
+            write(tmp_path, "a.py", f"x = {n}\n")
+        assert sink.event.wait(10)
+    finally:
+        watcher.stop()
+    assert sink.batches[0] == {str(tmp_path / "a.py"): FileEvent.UPDATE}
+    assert seen[0] == "a.py"

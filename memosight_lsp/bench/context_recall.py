@@ -34,6 +34,8 @@ from pathlib import Path
 
 from memosight_lsp.context import Rerank, build_context
 from memosight_lsp.context.lexical import best_windows, identifiers
+from memosight_lsp.context.render import join_lines, split_lines
+from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.workspace import WorkspaceIndex
 
 BUDGETS = (256, 512, 1024, 2048)
@@ -48,8 +50,14 @@ class Case:
     targets: tuple[str, ...]  # files defining `name`
 
 
-def load_counter(tokenizer: str | None) -> tuple[Callable[[str], int], str]:
-    """count_tokens from a tokenizer.json or model folder; else the embedded model; else chars/4."""
+def load_counter(tokenizer: str | None) -> tuple[TokenCounter, str]:
+    """count_tokens from a tokenizer.json or model folder; else the embedded model; else chars/4.
+    A TokenCounter: its memo of counted lines lasts from one packing to the next."""
+    count, name = _count_function(tokenizer)
+    return TokenCounter(count), name
+
+
+def _count_function(tokenizer: str | None) -> tuple[Callable[[str], int], str]:
     if tokenizer:
         from tokenizers import Tokenizer
 
@@ -144,7 +152,7 @@ def cut_line(text: str, line: int) -> tuple[str, int]:
     return "\n".join(lines), len(indent)
 
 
-_file_lines: dict[Path, list[str]] = {}
+_file_texts: dict[Path, str] = {}
 
 
 def neighbour_scores(root: Path, case: Case, text: str) -> list[tuple[float, str, str]]:
@@ -157,11 +165,11 @@ def neighbour_scores(root: Path, case: Case, text: str) -> list[tuple[float, str
         rel = path.relative_to(root).as_posix()
         if rel == case.rel:
             continue
-        if path not in _file_lines:
-            _file_lines[path] = path.read_text(encoding="utf-8", errors="replace").split("\n")
-        other = _file_lines[path]
-        for score, window in best_windows(query, f"bench:{rel}", other, top=1):
-            chunk = "".join(f"{x}\n" for x in other[window.start : window.end + 1])
+        if path not in _file_texts:
+            _file_texts[path] = path.read_text(encoding="utf-8", errors="replace")
+        other = _file_texts[path]
+        for score, window in best_windows(query, other, top=1):
+            chunk = join_lines(split_lines(other)[window.start : window.end + 1])
             scored.append((score, rel, chunk))
     scored.sort(key=lambda s: (-s[0], s[1]))
     return scored

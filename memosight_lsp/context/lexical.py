@@ -3,14 +3,13 @@ Copilot compares the cursor's neighbourhood with windows of neighbouring tabs.""
 
 from __future__ import annotations
 
+import functools
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 WINDOW_LINES = 20
 STRIDE = 10
-_CACHE_SIZE = 256
 
 
 def identifiers(text: str) -> list[str]:
@@ -31,16 +30,10 @@ class Window:
     words: frozenset[str]
 
 
-_windows: OrderedDict[tuple[str, int], tuple[Window, ...]] = OrderedDict()
-
-
-def windows(key: str, lines: list[str], size: int = WINDOW_LINES) -> tuple[Window, ...]:
-    """Sliding windows of a file (memoised by `key`, which should include a content hash)."""
-    cache_key = (key, size)
-    hit = _windows.get(cache_key)
-    if hit is not None:
-        _windows.move_to_end(cache_key)
-        return hit
+@functools.lru_cache(maxsize=256)  # the same files are compared on every keystroke
+def windows(text: str, size: int = WINDOW_LINES) -> tuple[Window, ...]:
+    """Sliding windows of a file's text."""
+    lines = text.split("\n")
     out = []
     n = len(lines)
     for start in range(0, max(1, n - size // 2), STRIDE):
@@ -48,19 +41,15 @@ def windows(key: str, lines: list[str], size: int = WINDOW_LINES) -> tuple[Windo
         words = frozenset(_IDENT.findall("\n".join(lines[start : end + 1])))
         if words:
             out.append(Window(start, end, words))
-    result = tuple(out)
-    _windows[cache_key] = result
-    if len(_windows) > _CACHE_SIZE:
-        _windows.popitem(last=False)
-    return result
+    return tuple(out)
 
 
 def best_windows(
-    query: set[str], key: str, lines: list[str], top: int = 2, size: int = WINDOW_LINES
+    query: set[str], text: str, top: int = 2, size: int = WINDOW_LINES
 ) -> list[tuple[float, Window]]:
-    """The `top` most similar non-overlapping windows, best first."""
+    """The `top` windows of `text` most similar to `query`, not overlapping, best first."""
     scored = sorted(
-        ((jaccard(query, w.words), w) for w in windows(key, lines, size)),
+        ((jaccard(query, w.words), w) for w in windows(text, size)),
         key=lambda item: (-item[0], item[1].start),
     )
     picked: list[tuple[float, Window]] = []

@@ -209,6 +209,7 @@ def build_context(
     Never exceeds `budget_tokens` as counted by `count_tokens`; a budget <= 0 gives an empty
     context. Without an index (or for a language without a grammar) the context is the current
     file alone. `rerank` reorders the structural ranker's best candidates when they overflow.
+    A `TokenCounter` given as `count_tokens` keeps its memo of counted lines from call to call.
     """
     if budget_tokens <= 0:
         return PackedContext.empty()

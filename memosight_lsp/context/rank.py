@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from memosight_lsp.workspace import Definition, FileSymbols, Import, LanguageSpec, WorkspaceIndex
 
 from .lexical import best_windows, identifiers
+from .render import split_lines
 
 NEAR_LINES_ABOVE = 60
 NEAR_LINES_BELOW = 20
@@ -90,8 +91,6 @@ class Ranker:
         self.scores: dict[tuple[str, int], float] = defaultdict(float)
         self.outlines: dict[str, FileSymbols | None] = {rel: symbols}
         self.windows: list[Candidate] = []
-        self.locals: set[str] = set()
-        self.by_name: dict[str, dict[str, list[int]]] = {}
 
     # -- file access ---------------------------------------------------------------------------
     def outline(self, rel: str) -> FileSymbols | None:
@@ -103,25 +102,29 @@ class Ranker:
                 self.outlines[rel] = self.index.symbols(rel)
         return self.outlines[rel]
 
-    def named(self, rel: str) -> dict[str, list[int]]:
-        """name -> indices of a file's definitions (kept across requests per content hash)."""
-        table = self.by_name.get(rel)
-        if table is None:
-            outline = self.outline(rel)
-            table = _name_table(outline) if outline is not None else {}
-            self.by_name[rel] = table
-        return table
+    def named(self, rel: str, name: str) -> Sequence[int]:
+        """Indices of a file's definitions called `name`."""
+        outline = self.outline(rel)
+        return outline.indices_named(name) if outline is not None else ()
 
     def file_text(self, rel: str) -> str | None:
         text = self.open.get(rel)
         return text if text is not None else self.index.text(rel)
 
     # -- signals -------------------------------------------------------------------------------
+    def innermost(self) -> Definition | None:
+        """The innermost definition around the cursor that is no container (class, module)."""
+        inside = [
+            d for d in self.symbols.enclosing(self.line) if d.kind not in self.spec.containers
+        ]
+        return inside[-1] if inside else None
+
     def usage_weights(
-        self,
+        self, inner: Definition | None
     ) -> tuple[dict[str, float], dict[str, float], dict[tuple[str, str], float]]:
         """How strongly each identifier is tied to the cursor: bare names, attribute names
-        (`x.name`) and `base.attr` pairs, weighted by distance from the cursor."""
+        (`x.name`) and `base.attr` pairs, weighted by distance from the cursor; the whole body
+        of `inner` (the innermost function around the cursor, if any) counts too."""
         bare: dict[str, float] = defaultdict(float)
         attrs: dict[str, float] = defaultdict(float)
         pairs: dict[tuple[str, str], float] = defaultdict(float)
@@ -142,9 +145,7 @@ class Ranker:
 
         # The rest of the file, faintly: what the file uses is what it will use again.
         take("\n".join(lines[max(0, line - FILE_LINES) : line + FILE_LINES]), 0.03)
-        enclosing = [d for d in self.symbols.enclosing(line) if d.kind not in self.spec.containers]
-        if enclosing:
-            inner = enclosing[-1]
+        if inner is not None:
             take("\n".join(lines[inner.start_line : inner.end_line + 1]), 0.25)
         low = max(0, line - NEAR_LINES_ABOVE)
         high = min(len(lines) - 1, line + NEAR_LINES_BELOW)
@@ -158,7 +159,6 @@ class Ranker:
             take(lines[i], weight)
         for name in [d.name for d in self.symbols.enclosing(line)]:
             bare.pop(name, None)
-        self.locals = self.local_names(enclosing[-1] if enclosing else None)
 
         def capped(table: dict) -> dict:
             return {k: min(v, 4.0) for k, v in table.items()}
@@ -198,7 +198,7 @@ class Ranker:
         outline = self.outline(rel)
         if outline is None:
             return []
-        found = [(rel, i) for i in self.named(rel).get(name, ())]
+        found = [(rel, i) for i in self.named(rel, name)]
         top = [(r, i) for r, i in found if outline.definitions[i].parent < 0]
         if top or found:
             return top or found
@@ -215,7 +215,9 @@ class Ranker:
         return out
 
     def rank(self) -> list[Candidate]:
-        bare, attrs, pairs = self.usage_weights()
+        inner = self.innermost()
+        bare, attrs, pairs = self.usage_weights(inner)
+        local = self.local_names(inner)
         index, rel, language = self.index, self.rel, self.symbols.language
         bound: dict[str, list[Import]] = defaultdict(list)
         star_files: list[str] = []
@@ -252,7 +254,7 @@ class Ranker:
                             self.add(*hit, weight * W_IMPORTED)
                 continue
             found = False
-            for i in self.named(rel).get(word, ()):
+            for i in self.named(rel, word):
                 # Bare names reach top-level definitions (and, outside Python, own members).
                 d = self.symbols.definitions[i]
                 if i in enclosing:
@@ -264,7 +266,7 @@ class Ranker:
                 for hit in self.defs_named(target, word, follow=1):
                     self.add(*hit, weight * W_STAR)
                     found = True
-            if found or word in module_files or word in self.locals or word not in global_words:
+            if found or word in module_files or word in local or word not in global_words:
                 continue
             # Python imports every name it uses: a name not imported is a local or a builtin.
             trust = W_GLOBAL_PYTHON if python else W_GLOBAL
@@ -273,7 +275,7 @@ class Ranker:
         for word, weight in attrs.items():
             hits = [
                 i
-                for i in self.named(rel).get(word, ())
+                for i in self.named(rel, word)
                 if own_class >= 0
                 and self.symbols.definitions[i].parent == own_class
                 and i not in enclosing
@@ -341,7 +343,7 @@ class Ranker:
             outline = self.outline(r)
             found = [
                 i
-                for i in self.named(r).get(word, ())
+                for i in self.named(r, word)
                 if outline and (outline.definitions[i].parent >= 0) == members
             ]
             if found:
@@ -415,12 +417,10 @@ class Ranker:
                 sources.append(rel)
         for rel in sources[:MAX_WINDOW_FILES]:
             text = self.file_text(rel)
-            outline = self.outline(rel)
             if text is None:
                 continue
-            lines = text.split("\n")
-            key = f"{rel}:{outline.digest if outline else hash(text)}"
-            for score, window in best_windows(query, key, lines, top=2):
+            lines = split_lines(text)
+            for score, window in best_windows(query, text, top=2):
                 if score < 0.1:
                     continue
                 self.windows.append(
@@ -475,22 +475,6 @@ def subwords(name: str) -> tuple[str, ...]:
         if len(part) >= 3 and part not in _COMMON:
             out.append(part)
     return tuple(out)
-
-
-_name_tables: OrderedDict[tuple[str, str], dict[str, list[int]]] = OrderedDict()
-
-
-def _name_table(outline: FileSymbols) -> dict[str, list[int]]:
-    key = (outline.path, outline.digest)
-    table = _name_tables.get(key)
-    if table is None:
-        table = {}
-        for i, d in enumerate(outline.definitions):
-            table.setdefault(d.name, []).append(i)
-        _name_tables[key] = table
-        if len(_name_tables) > 1024:
-            _name_tables.popitem(last=False)
-    return table
 
 
 def _is_overload(d: Definition) -> bool:

@@ -3,8 +3,9 @@ for classes the headers of their members)."""
 
 from __future__ import annotations
 
+import functools
 import re
-from collections import OrderedDict
+from collections.abc import Sequence
 
 from memosight_lsp.workspace import Definition, FileSymbols
 
@@ -23,6 +24,13 @@ def _indentation(line: str) -> str:
 
 def join_lines(lines: list[str]) -> str:
     return "".join(line + "\n" for line in lines)
+
+
+@functools.lru_cache(maxsize=128)
+def split_lines(text: str) -> list[str]:
+    """A file's lines, memoised: other files' texts come back unchanged on every keystroke.
+    The list is shared: read it, never change it."""
+    return text.split("\n")
 
 
 def render_full(lines: list[str], d: Definition) -> str:
@@ -117,29 +125,10 @@ def render_signature(
     return join_lines(out)
 
 
-_children_memo: OrderedDict[int, tuple[FileSymbols, dict[int, list[Definition]]]] = OrderedDict()
-
-
-def _children(symbols: FileSymbols) -> dict[int, list[Definition]]:
-    """parent index -> member definitions, memoised per outline (a scan per stub was quadratic
-    in big files)."""
-    hit = _children_memo.get(id(symbols))
-    if hit is not None and hit[0] is symbols:
-        return hit[1]
-    table: dict[int, list[Definition]] = {}
-    for d in symbols.definitions:
-        if d.parent >= 0:
-            table.setdefault(d.parent, []).append(d)
-    _children_memo[id(symbols)] = (symbols, table)
-    if len(_children_memo) > 256:
-        _children_memo.popitem(last=False)
-    return table
-
-
-def _members(symbols: FileSymbols, index: int) -> list[Definition]:
+def _members(symbols: FileSymbols, index: int) -> Sequence[Definition]:
     """Members shown in a type's stub: fields and the constructor first, then public methods,
     private ones last; at most MAX_MEMBERS, in source order."""
-    members = _children(symbols).get(index, [])
+    members = symbols.members(index)
     if len(members) <= MAX_MEMBERS:
         return members
 

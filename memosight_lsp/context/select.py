@@ -8,13 +8,12 @@ may reorder the best candidates first when they overflow the room.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from memosight_lsp.workspace import Definition, LanguageSpec
 
 from .rank import Candidate, Ranker
-from .render import CONSTRUCTOR, DOCUMENTED, HEADER, render_full, render_signature
+from .render import CONSTRUCTOR, DOCUMENTED, HEADER, render_full, render_signature, split_lines
 from .tokens import TokenCounter
 from .types import Rerank
 
@@ -61,7 +60,7 @@ class Selector:
                 self.texts[rel] = self.ranker.lines
             else:
                 text = self.ranker.file_text(rel)
-                self.texts[rel] = _split_lines(rel, text) if text is not None else None
+                self.texts[rel] = split_lines(text) if text is not None else None
         return self.texts[rel]
 
     def render(self, c: Candidate, level: int) -> str | None:
@@ -169,21 +168,6 @@ class Selector:
             if level == FULL:
                 piece.kind = "full"
         return used
-
-
-_lines_memo: OrderedDict[tuple[str, int, int], list[str]] = OrderedDict()
-
-
-def _split_lines(rel: str, text: str) -> list[str]:
-    """Lines of another file, memoised (the index hands out the same str while it is unchanged,
-    and a str caches its own hash)."""
-    key = (rel, len(text), hash(text))
-    lines = _lines_memo.get(key)
-    if lines is None:
-        lines = _lines_memo[key] = text.split("\n")
-        if len(_lines_memo) > 128:
-            _lines_memo.popitem(last=False)
-    return lines
 
 
 def make_piece(c: Candidate, kind: str, text: str, tokens: int) -> Piece:

@@ -1,12 +1,13 @@
-"""Token counting through the caller's `count_tokens`, memoised per line.
+"""Token counting through the caller's `count_tokens`, memoised per piece (line, snippet).
 
 The same lines are counted again on every keystroke; remembering them keeps packing in the
-low milliseconds even with a real tokenizer.
+low milliseconds even with a real tokenizer. The memo belongs to a TokenCounter: a caller that
+packs again and again (the completion engine) keeps one and passes it as `count_tokens`.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import functools
 from collections.abc import Callable
 
 _MAX_ENTRIES = 50_000
@@ -15,23 +16,12 @@ _MAX_ENTRIES = 50_000
 class TokenCounter:
     def __init__(self, count_tokens: Callable[[str], int]) -> None:
         self.count_tokens = count_tokens
-        self._memo: OrderedDict[str, int] = OrderedDict()
+        # Count of a piece (a line, a snippet), memoised: least recently used pieces go first.
+        self.piece = functools.lru_cache(maxsize=_MAX_ENTRIES)(self.__call__)
 
     def __call__(self, text: str) -> int:
         """Exact count of a whole text (not memoised: prompts change every call)."""
         return self.count_tokens(text) if text else 0
-
-    def piece(self, text: str) -> int:
-        """Count of a piece (a line, a snippet): memoised."""
-        if not text:
-            return 0
-        memo = self._memo
-        hit = memo.get(text)
-        if hit is None:
-            hit = memo[text] = self.count_tokens(text)
-            if len(memo) > _MAX_ENTRIES:
-                memo.popitem(last=False)
-        return hit
 
 
 def grow_upward(
@@ -49,17 +39,9 @@ def grow_upward(
     return start, used
 
 
-_counters: dict[int, tuple[Callable[[str], int], TokenCounter]] = {}
-
-
 def counter_for(count_tokens: Callable[[str], int]) -> TokenCounter:
-    """One memoising counter per counting function (kept while the function is in use)."""
-    key = id(count_tokens)
-    hit = _counters.get(key)
-    if hit is not None and hit[0] is count_tokens:
-        return hit[1]
-    counter = TokenCounter(count_tokens)
-    if len(_counters) > 8:
-        _counters.clear()
-    _counters[key] = (count_tokens, counter)
-    return counter
+    """The caller's own counter (its memo lives as long as the caller keeps it), else a counter
+    whose memo serves this one packing."""
+    if isinstance(count_tokens, TokenCounter):
+        return count_tokens
+    return TokenCounter(count_tokens)

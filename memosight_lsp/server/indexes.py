@@ -1,10 +1,12 @@
 """One workspace index per workspace folder, kept in step with the editor's buffers.
 
 Scans run on a thread of their own per folder (never on the event loop, never on the model
-worker), then the folder is watched for disk changes. Buffer updates (didOpen/didChange/didClose)
-are applied in order on one index thread: the event loop only queues them, so typing never
-waits for a re-parse. A completion that arrives before its buffer update landed still sees the
-current text: the context packer parses the text it is given when the index is behind.
+worker), then the folder is watched for disk changes: its Watcher is started and stopped here,
+with the folder's index (which then saves what it learned). Buffer updates
+(didOpen/didChange/didClose) are applied in order on one index thread: the event loop only
+queues them, so typing never waits for a re-parse. A completion that arrives before its buffer
+update landed still sees the current text: the context packer parses the text it is given when
+the index is behind.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pygls.workspace import PositionCodec
 
 from memosight_lsp.workspace import TextEdit, WorkspaceIndex
 from memosight_lsp.workspace.files import indexable_text
+from memosight_lsp.workspace.watcher import Watcher
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ class WorkspaceIndexes:
         self._on_progress = on_progress
         self._watch = watch
         self._indexes: dict[Path, WorkspaceIndex] = {}
+        self._watchers: dict[Path, Watcher] = {}
         self._lock = threading.Lock()
         self._updates = ThreadPoolExecutor(1, thread_name_prefix="memosight-index")
         self._recent: deque[tuple[str, int]] = deque(maxlen=RECENT_EDITS)
@@ -55,12 +59,16 @@ class WorkspaceIndexes:
         """Index these folders (scanning new ones in the background); forget the others."""
         wanted = {Path(r).resolve() for r in roots if Path(r).is_dir()}
         with self._lock:
-            gone = [self._indexes.pop(r) for r in list(self._indexes) if r not in wanted]
+            gone = [
+                (self._indexes.pop(r), self._watchers.pop(r, None))
+                for r in list(self._indexes)
+                if r not in wanted
+            ]
             new = [r for r in sorted(wanted) if r not in self._indexes]
             for root in new:
                 self._indexes[root] = WorkspaceIndex(root)
-        for index in gone:
-            self._updates.submit(index.stop_watching)
+        for index, watcher in gone:
+            self._updates.submit(_retire, index, watcher)
         for root in new:
             thread = threading.Thread(
                 target=self._scan, args=(root,), name=f"memosight-scan-{root.name}", daemon=True
@@ -116,15 +124,31 @@ class WorkspaceIndexes:
         try:
             stats = index.scan(on_progress=progress)
             message = f"indexed {stats.files} files in {stats.seconds:.1f}s"
-            with self._lock:
-                current = self._indexes.get(root) is index
-            if self._watch and current and not self._stopped:  # not removed meanwhile
-                index.start_watching()
+            if self._watch:
+                self._start_watching(root, index)
         except Exception as err:  # a broken folder must not take the server down
             log.exception("indexing %s failed", root)
             message = f"indexing {name} failed: {err}"
         log.info("%s: %s", root, message)
         self._on_progress(root, "end", None, message)
+
+    def _start_watching(self, root: Path, index: WorkspaceIndex) -> None:
+        """Watch a scanned folder, unless it was removed (or the server stopped) meanwhile."""
+        with self._lock:
+            if not self._serves(root, index):
+                return
+        watcher = Watcher(root, index)
+        watcher.start()  # outside the lock: planning the watches walks the folder tree
+        with self._lock:
+            kept = self._serves(root, index)
+            if kept:
+                self._watchers[root] = watcher
+        if not kept:  # removed while the watches were set up
+            watcher.stop()
+
+    def _serves(self, root: Path, index: WorkspaceIndex) -> bool:
+        """Whether `index` is still the one for `root` (call with the lock held)."""
+        return self._indexes.get(root) is index and not self._stopped
 
     # -- buffers ------------------------------------------------------------------------------
     def opened(self, path: str | None, text: str, language_id: str | None) -> None:
@@ -167,10 +191,11 @@ class WorkspaceIndexes:
     def stop(self) -> None:
         self._stopped = True
         with self._lock:
-            indexes, self._indexes = list(self._indexes.values()), {}
-        for index in indexes:
+            indexes, self._indexes = list(self._indexes.items()), {}
+            watchers, self._watchers = self._watchers, {}
+        for root, index in indexes:
             try:
-                index.stop_watching()
+                _retire(index, watchers.get(root))
             except Exception:
                 log.exception("stopping the watcher of %s failed", index.root)
         self._updates.shutdown(wait=False, cancel_futures=True)
@@ -217,6 +242,13 @@ class WorkspaceIndexes:
             index.close_buffer(path)
         except Exception:
             log.exception("closing the buffer %s failed", path)
+
+
+def _retire(index: WorkspaceIndex, watcher: Watcher | None) -> None:
+    """A folder no longer served: stop its watcher and keep what the index learned on disk."""
+    if watcher is not None:
+        watcher.stop()
+    index.save_if_dirty()
 
 
 def to_edits(text: str, changes: Sequence[Change], codec: PositionCodec) -> list[TextEdit]:

@@ -1,22 +1,28 @@
 """The workspace index: every source file's definitions and imports, a symbol table over them, open
-buffers kept in step with the editor, and a msgpack cache so a restart does not re-parse."""
+buffers kept in step with the editor, and a msgpack cache so a restart does not re-parse.
+
+Disk changes arrive as file events (apply_events), from a watcher that whoever owns the index
+starts and stops (server/indexes.py).
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import os
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from . import cache
 from .buffers import Buffer, TextEdit
+from .events import FileEvent
 from .extract import extract
-from .files import MAX_FILE_BYTES, is_binary, is_indexable, iter_source_files
+from .files import MAX_FILE_BYTES, VENDORED_DIRS, is_binary, is_indexable, iter_source_files
 from .languages import LanguageSpec, language_for, language_named, parser
 from .resolve import Resolver, Target
 from .symbols import Definition, FileSymbols, Import
@@ -76,11 +82,16 @@ class WorkspaceIndex:
         self._buffer_symbols: dict[str, FileSymbols] = {}
         self._names: dict[str, set[str]] = {}
         self._resolver = Resolver()
-        self._texts: OrderedDict[str, tuple[tuple[int, int], str]] = OrderedDict()
-        self._parsed: OrderedDict[str, FileSymbols] = OrderedDict()
+        # Disk texts by (rel, mtime_ns, size), for rendering snippets; and outlines of texts
+        # that match no file or buffer (a completion that ran ahead of its buffer update).
+        self._disk_text: Callable[[str, int, int], str] = functools.lru_cache(
+            maxsize=_TEXT_CACHE_SIZE
+        )(self._read_text)
+        self._parse_text: Callable[[str, str, bytes], FileSymbols] = functools.lru_cache(
+            maxsize=_PARSED_CACHE_SIZE
+        )(self._parse_unindexed)
         self._lock = threading.RLock()
         self._dirty = False
-        self._watcher: object | None = None
 
     # -- paths ---------------------------------------------------------------------------------
     def relpath(self, path: str | Path) -> str:
@@ -126,8 +137,7 @@ class WorkspaceIndex:
             self._files = files
             self._rebuild_tables()
             self._dirty = parsed > 0 or len(files) != len(cached) or reused != len(cached)
-        if self._dirty:
-            self.save()
+        self.save_if_dirty()
         seconds = time.perf_counter() - started
         log.info(
             "indexed %d files (%d parsed, %d from cache) in %.2fs", total, parsed, reused, seconds
@@ -143,6 +153,11 @@ class WorkspaceIndex:
             snapshot = dict(self._files)
             self._dirty = False
         cache.save(self.cache_file, self.root, snapshot)
+
+    def save_if_dirty(self) -> None:
+        """Write the cache if files changed since it was written (scans, watcher events)."""
+        if self._dirty:
+            self.save()
 
     def _read_and_parse(
         self, rel: str, mtime_ns: int, old: FileSymbols | None
@@ -190,7 +205,6 @@ class WorkspaceIndex:
                 del self._files[rel]
                 self._resolver.remove(rel)
                 self._reindex_names(rel, before)
-                self._texts.pop(rel, None)
                 self._dirty = True
 
     def remove_under(self, path: str | Path) -> None:
@@ -200,6 +214,29 @@ class WorkspaceIndex:
             doomed = [rel for rel in self._files if rel.startswith(prefix)]
         for rel in doomed:
             self.remove_file(rel)
+
+    def apply_events(self, events: Mapping[str, FileEvent]) -> list[str]:
+        """A watcher's batch (absolute path -> its latest event), applied in path order; returns
+        the root-relative paths it touched (workspace/events.py: this makes the index a sink)."""
+        changed: list[str] = []
+        for path in sorted(events):
+            event = events[path]
+            try:
+                if event is FileEvent.REMOVE:
+                    self.remove_file(path)
+                elif event is FileEvent.REMOVE_DIR:
+                    self.remove_under(path)
+                elif event is FileEvent.SCAN_DIR:
+                    for folder, dirs, names in os.walk(path):
+                        dirs[:] = [d for d in dirs if d not in VENDORED_DIRS]
+                        for name in names:
+                            self.update_file(os.path.join(folder, name))
+                else:
+                    self.update_file(path)
+                changed.append(self.relpath(path))
+            except Exception:  # one bad file must not stop the rest (nor the watcher's thread)
+                log.exception("index update for %s failed", path)
+        return changed
 
     def _set_file(self, rel: str, symbols: FileSymbols) -> None:
         before = self._effective(rel)
@@ -299,32 +336,21 @@ class WorkspaceIndex:
             buffer = self._buffers.get(rel)
             if buffer is not None:
                 return buffer.text
+        try:
+            stat = self.abspath(rel).stat()
+            return self._disk_text(rel, stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            return None
+
+    def _read_text(self, rel: str, mtime_ns: int, size: int) -> str:
+        """The file's text as of this stat (memoised per index, keyed by all three)."""
+        data = self.abspath(rel).read_bytes()
+        with self._lock:
             symbols = self._files.get(rel)
-            hit = self._texts.get(rel)
-        file = self.abspath(rel)
-        try:
-            stat = file.stat()
-        except OSError:
-            return None
-        stamp = (stat.st_mtime_ns, stat.st_size)
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        try:
-            data = file.read_bytes()
-        except OSError:
-            return None
-        unchanged = symbols is not None and (symbols.size, symbols.mtime_ns) == (
-            stat.st_size,
-            stat.st_mtime_ns,
-        )
+        unchanged = symbols is not None and (symbols.size, symbols.mtime_ns) == (size, mtime_ns)
         if symbols is not None and not unchanged and content_digest(data) != symbols.digest:
             self.update_file(rel)  # changed behind our back (watcher not yet flushed)
-        text = data.decode("utf-8", "replace")
-        with self._lock:
-            self._texts[rel] = (stamp, text)
-            while len(self._texts) > _TEXT_CACHE_SIZE:
-                self._texts.popitem(last=False)
-        return text
+        return data.decode("utf-8", "replace")
 
     def symbols_for_text(
         self, path: str | Path | None, text: str, language_id: str | None = None
@@ -340,38 +366,18 @@ class WorkspaceIndex:
             for known in (self._buffer_symbols.get(rel), self._files.get(rel)):
                 if known is not None and known.digest == digest:
                     return known
-            hit = self._parsed.get(digest)
-            if hit is not None and hit.path == rel:
-                return hit
-        symbols = parse_source(spec, rel, data)
-        with self._lock:
-            self._parsed[digest] = symbols
-            while len(self._parsed) > _PARSED_CACHE_SIZE:
-                self._parsed.popitem(last=False)
-        return symbols
+        return self._parse_text(spec.name, rel, data)
+
+    @staticmethod
+    def _parse_unindexed(language: str, rel: str, data: bytes) -> FileSymbols:
+        """The outline of a text that matches no file or buffer (memoised per index)."""
+        spec = language_named(language)
+        assert spec is not None  # the name came from a spec
+        return parse_source(spec, rel, data)
 
     def language(self, rel: str) -> LanguageSpec | None:
         symbols = self._effective(rel)
         return language_named(symbols.language) if symbols else language_for(rel)
-
-    # -- watching ------------------------------------------------------------------------------
-    def start_watching(
-        self, debounce_s: float = 0.2, on_change: Callable[[list[str]], None] | None = None
-    ) -> None:
-        from .watcher import Watcher  # watchdog starts threads: only load it when asked
-
-        if self._watcher is None:
-            watcher = Watcher(self, debounce_s=debounce_s, on_change=on_change)
-            watcher.start()
-            self._watcher = watcher
-
-    def stop_watching(self) -> None:
-        watcher = self._watcher
-        self._watcher = None
-        if watcher is not None:
-            watcher.stop()  # type: ignore[attr-defined]
-        if self._dirty:
-            self.save()
 
     # -- internals -----------------------------------------------------------------------------
     def _effective(self, rel: str) -> FileSymbols | None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 # Lines are 0-based and inclusive at both ends; -1 means "none".
@@ -75,6 +76,14 @@ class FileSymbols:
     mtime_ns: int
     definitions: tuple[Definition, ...]
     imports: tuple[Import, ...]
+    # Lookups derived from `definitions` on first use: they live and die with the outline, so
+    # they need no key and no eviction (ranking and stubs ask them on every keystroke).
+    _by_name: dict[str, list[int]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _members: dict[int, list[Definition]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def to_wire(self) -> list[Any]:
         return [
@@ -101,3 +110,24 @@ class FileSymbols:
     def enclosing(self, line: int) -> list[Definition]:
         """Definitions containing `line`, outermost first."""
         return [d for d in self.definitions if d.start_line <= line <= d.end_line]
+
+    def indices_named(self, name: str) -> Sequence[int]:
+        """Indices of the definitions called `name`, in source order."""
+        table = self._by_name
+        if table is None:
+            table = {}
+            for i, d in enumerate(self.definitions):
+                table.setdefault(d.name, []).append(i)
+            object.__setattr__(self, "_by_name", table)  # derived, so the outline stays frozen
+        return table.get(name, ())
+
+    def members(self, index: int) -> Sequence[Definition]:
+        """The definitions directly inside definition `index` (a class's methods), in order."""
+        table = self._members
+        if table is None:
+            table = {}
+            for d in self.definitions:
+                if d.parent >= 0:
+                    table.setdefault(d.parent, []).append(d)
+            object.__setattr__(self, "_members", table)  # derived, so the outline stays frozen
+        return table.get(index, ())

@@ -1,7 +1,8 @@
 """Keep the index in step with the disk: watchdog events, coalesced and applied after a quiet spell.
 
 Editors save through temp files and renames, and `git checkout` touches hundreds of files at once:
-events are collected per path and applied together once nothing happened for `debounce_s`.
+events are collected per path and handed to the sink (the index) together once nothing happened
+for `debounce_s`. Whoever starts a Watcher stops it (server/indexes.py: with the folder's index).
 """
 
 from __future__ import annotations
@@ -10,42 +11,42 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
 
+from .events import EventSink, FileEvent
 from .files import VENDORED_DIRS
-
-if TYPE_CHECKING:
-    from .index import WorkspaceIndex
 
 log = logging.getLogger(__name__)
 
-_UPDATE, _REMOVE, _REMOVE_DIR, _SCAN_DIR = "update", "remove", "remove_dir", "scan_dir"
 MAX_WATCHES = 256  # watchdog runs one emitter thread per watch
 
 
 class Watcher(FileSystemEventHandler):
     def __init__(
         self,
-        index: WorkspaceIndex,
+        root: str | Path,
+        sink: EventSink,
         *,
         debounce_s: float = 0.2,
         on_change: Callable[[list[str]], None] | None = None,
     ) -> None:
-        self.index = index
+        self.root = str(root)
+        self.sink = sink
         self.debounce_s = debounce_s
-        self.on_change = on_change
-        self._pending: dict[str, str] = {}
+        self.on_change = on_change  # called with the root-relative paths of each applied batch
+        self._pending: dict[str, FileEvent] = {}
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
-        self._observer: Observer | None = None  # type: ignore[valid-type]
+        self._observer: BaseObserver | None = None
         self._shallow: set[str] = set()  # folders watched without their subfolders
 
     def start(self) -> None:
         observer = Observer()
-        plan = watch_plan(str(self.index.root))
+        plan = watch_plan(self.root)
         for folder, recursive in plan:
             observer.schedule(self, folder, recursive=recursive)
             if not recursive:
@@ -53,9 +54,10 @@ class Watcher(FileSystemEventHandler):
         observer.daemon = True
         observer.start()
         self._observer = observer
-        log.debug("watching %s with %d watches", self.index.root, len(plan))
+        log.debug("watching %s with %d watches", self.root, len(plan))
 
     def stop(self) -> None:
+        """Stop watching, then apply what is still pending."""
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout=5)
@@ -75,19 +77,19 @@ class Watcher(FileSystemEventHandler):
         if kind == "moved":
             dest = os.fsdecode(event.dest_path)
             if event.is_directory:
-                self._queue(src, _REMOVE_DIR)
-                self._queue(dest, _SCAN_DIR)
+                self._queue(src, FileEvent.REMOVE_DIR)
+                self._queue(dest, FileEvent.SCAN_DIR)
             else:
-                self._queue(src, _REMOVE)
-                self._queue(dest, _UPDATE)
+                self._queue(src, FileEvent.REMOVE)
+                self._queue(dest, FileEvent.UPDATE)
         elif kind == "deleted":
-            self._queue(src, _REMOVE_DIR if event.is_directory else _REMOVE)
+            self._queue(src, FileEvent.REMOVE_DIR if event.is_directory else FileEvent.REMOVE)
         elif event.is_directory:
             if kind == "created":
-                self._queue(src, _SCAN_DIR)
+                self._queue(src, FileEvent.SCAN_DIR)
                 self._watch_new_folder(src)
         else:  # created, modified, closed
-            self._queue(src, _UPDATE)
+            self._queue(src, FileEvent.UPDATE)
 
     def _watch_new_folder(self, folder: str) -> None:
         """A folder created where only the parent itself is watched gets its own watch."""
@@ -100,9 +102,9 @@ class Watcher(FileSystemEventHandler):
         except OSError:  # gone again, or out of inotify watches
             log.debug("cannot watch %s", folder, exc_info=True)
 
-    def _queue(self, path: str, action: str) -> None:
+    def _queue(self, path: str, event: FileEvent) -> None:
         with self._lock:
-            self._pending[path] = action
+            self._pending[path] = event
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = threading.Timer(self.debounce_s, self.flush)
@@ -115,23 +117,7 @@ class Watcher(FileSystemEventHandler):
             self._timer = None
         if not pending:
             return
-        changed: list[str] = []
-        for path, action in sorted(pending.items()):
-            try:
-                if action == _REMOVE:
-                    self.index.remove_file(path)
-                elif action == _REMOVE_DIR:
-                    self.index.remove_under(path)
-                elif action == _SCAN_DIR:
-                    for root, dirs, names in os.walk(path):
-                        dirs[:] = [d for d in dirs if d not in VENDORED_DIRS]
-                        for name in names:
-                            self.index.update_file(os.path.join(root, name))
-                else:
-                    self.index.update_file(path)
-                changed.append(self.index.relpath(path))
-            except Exception:  # one bad file must not stop the watcher thread
-                log.exception("index update for %s failed", path)
+        changed = self.sink.apply_events(pending)
         if self.on_change is not None and changed:
             self.on_change(changed)
 

@@ -48,8 +48,9 @@ M.defaults = {
   keymaps = { accept = false, accept_word = false, accept_line = false, dismiss = false },
 }
 
---- Schema of the server settings tree: a type name, or a list of allowed strings.
-local SETTINGS_SCHEMA = {
+--- Schema of the server settings tree: a type name, or a list of allowed strings. A hand copy
+--- of memosight_lsp/config.py (keys, types, choices); tests/test_neovim.py fails when they drift.
+M.settings_schema = {
   enable = "boolean",
   languages = "table",
   model = {
@@ -176,7 +177,7 @@ local function validate(opts)
       return v == false or (type(v) == "string" and v ~= "")
     end, false, "a key (string) or false")
   end
-  check_settings(opts.settings or {}, SETTINGS_SCHEMA, "settings")
+  check_settings(opts.settings or {}, M.settings_schema, "settings")
 end
 
 --- Validated options merged over the defaults.
