@@ -1,7 +1,8 @@
 """Decoding speed: transformers generate vs plain greedy vs speculative decoding, same prompts.
 
-memosight bench speed [--model PATH] [--files F ...] [--samples N] [--max-new-tokens N]
-                      [--repeats N] [--json] [--plot OUT.png]
+memosight bench speed [--model PATH|FILE.gguf] [--dtype D] [--quantization Q] [--files F ...]
+                      [--samples N] [--max-new-tokens N] [--repeats N] [--no-hf]
+                      [--llama-server URL] [--json] [--plot OUT.png]
 
 Cursor positions are sampled (seeded) from held-out code that is not training data (by default,
 Python files of third-party packages installed next to memosight: pygls, lsprotocol, tqdm,
@@ -11,6 +12,11 @@ median tokens/s, speed-ups, whether the outputs are identical, accepted tokens p
 which draft source supplied the accepted tokens, time to first token cold vs after a
 one-character edit on a long prompt, and peak memory. With --repeats N every path is timed N
 times per sample, the paths taking turns, and the fastest run of each is reported.
+
+--llama-server URL sends the very same prompt token ids to a llama.cpp server holding the same
+weights (`/completion`, greedy, `cache_prompt` off so each prompt is prefilled as here) and
+reports its prefill and decode rates beside ours, per sample and as medians. --no-hf leaves out
+transformers' generate (slow on real models; the speed-ups vs greedy do not need it).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,6 +41,8 @@ from memosight_lsp.engine.decoder import StopRules
 from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
+
+from .llama_server import LlamaServer, LlamaServerError
 
 # Installed third-party packages are held-out code: the default model is trained on the CPython
 # standard library and a few named registry packages only, never on site-packages (MODEL.md).
@@ -140,27 +149,32 @@ def run_samples(
     max_new: int,
     decoder: SpeculativeDecoder,
     repeats: int = 1,
+    *,
+    with_hf: bool = True,
 ) -> list[dict[str, Any]]:
     rules = StopRules(max_new_tokens=max_new, stop_token_ids=loaded.stop_token_ids)
     model = loaded.model
     warm = prompts[0]["ids"]
-    hf_generate(loaded, warm, 4)
+    if with_hf:
+        hf_generate(loaded, warm, 4)
     greedy_generate(model, warm, rules)
     decoder(model, warm, rules)
     rows = []
     for i, sample in enumerate(prompts):
         ids = sample["ids"]
-        timings = fastest(
-            {
-                "hf": partial(hf_generate, loaded, ids, max_new),
-                "hfFirst": partial(hf_generate, loaded, ids, 1),  # its prefill + one token
-                "greedy": partial(greedy_generate, model, ids, rules),
-                "speculative": partial(decoder, model, ids, rules),
-            },
-            repeats,
-        )
-        (hf, t_hf), (_, t_hf_first) = timings["hf"], timings["hfFirst"]
+        runs: dict[str, Callable[[], Any]] = {
+            "greedy": partial(greedy_generate, model, ids, rules),
+            "speculative": partial(decoder, model, ids, rules),
+        }
+        if with_hf:
+            runs["hf"] = partial(hf_generate, loaded, ids, max_new)
+            runs["hfFirst"] = partial(hf_generate, loaded, ids, 1)  # its prefill + one token
+        timings = fastest(runs, repeats)
         (plain, t_plain), (fast, t_fast) = timings["greedy"], timings["speculative"]
+        (hf, t_hf), (_, t_hf_first) = (
+            timings.get("hf", ([], 0.0)),
+            timings.get("hfFirst", ([], 0.0)),
+        )
         n = len(plain.tokens)
         rows.append(
             {
@@ -182,15 +196,63 @@ def run_samples(
                 "speculativeDecodeMs": fast.decode_ms,
                 "decodeSpeedupVsHf": (t_hf - t_hf_first) * 1000 / max(fast.decode_ms, 1e-3),
                 "prefillMs": fast.prefill_ms,
+                "prefillTokensPerS": len(ids) / (fast.prefill_ms / 1000)
+                if fast.prefill_ms
+                else 0.0,
+                "greedyDecodeTokensPerS": _decode_rate(plain),
+                "speculativeDecodeTokensPerS": _decode_rate(fast),
                 "speedupVsGreedy": t_plain / t_fast if t_fast else 0.0,
                 "identical": fast.tokens == plain.tokens,
-                "greedyMatchesHf": hf == plain.tokens,
+                "greedyMatchesHf": hf == plain.tokens if with_hf else None,
                 "tokensPerPass": fast.stats.get("tokensPerPass", 0.0),
                 "acceptedBySource": fast.stats.get("acceptedBySource", {}),
             }
         )
         print_progress(i + 1, len(prompts))
     return rows
+
+
+def _decode_rate(generation: Any) -> float:
+    """Tokens per second after the first token (the prefill pass makes the first one)."""
+    after_first = len(generation.tokens) - 1
+    return after_first / (generation.decode_ms / 1000) if generation.decode_ms > 0 else 0.0
+
+
+def llama_server_rows(
+    server: LlamaServer, prompts: list[dict], rows: list[dict], max_new: int
+) -> dict[str, Any]:
+    """The same prompt ids through llama.cpp's server, greedy; its own prefill/decode timings.
+    Adds per-sample fields to `rows` and returns medians and our ratios against it."""
+    server.complete(prompts[0]["ids"], 4, cache_prompt=False)  # warm-up
+    for sample, row in zip(prompts, rows, strict=True):
+        got = server.complete(sample["ids"], max_new, cache_prompt=False)
+        decode = (got.predicted - 1) / (got.decode_ms / 1000) if got.decode_ms else 0.0
+        row["llamaPrefillTokensPerS"] = (
+            got.prompt_tokens / (got.prompt_ms / 1000) if got.prompt_ms else 0.0
+        )
+        row["llamaDecodeTokensPerS"] = decode
+        row["llamaTokensPerS"] = got.predicted / ((got.prompt_ms + got.decode_ms) / 1000)
+        row["llamaNewTokens"] = got.predicted
+        row["speculativeVsLlamaDecode"] = (
+            row["speculativeDecodeTokensPerS"] / decode if decode else 0.0
+        )
+        row["speculativeVsLlama"] = (
+            row["speculativeTokensPerS"] / row["llamaTokensPerS"] if row["llamaTokensPerS"] else 0.0
+        )
+    props = server.props()
+
+    def median(key: str) -> float:
+        return round(statistics.median(r[key] for r in rows), 3)
+
+    return {
+        "url": server.url,
+        "model": props.get("model_path"),
+        "medianPrefillTokensPerS": median("llamaPrefillTokensPerS"),
+        "medianDecodeTokensPerS": median("llamaDecodeTokensPerS"),
+        "medianTokensPerS": median("llamaTokensPerS"),
+        "medianSpeculativeVsLlamaDecode": median("speculativeVsLlamaDecode"),
+        "medianSpeculativeVsLlama": median("speculativeVsLlama"),
+    }
 
 
 def ablation(
@@ -240,9 +302,12 @@ def type_through(
     max_new: int,
     budget: int,
     drafters: dict[str, Any],
+    *,
+    with_hf: bool = True,
 ) -> dict[str, Any]:
     """Ask, type the start of the suggestion, ask again in the same buffer: KV reuse and the
-    previous suggestion both apply. Compared with a cold transformers generate on the new prompt."""
+    previous suggestion both apply. Compared with a cold transformers generate on the new prompt
+    (without it: with cold plain greedy decoding)."""
     rules = StopRules(max_new_tokens=max_new, stop_token_ids=loaded.stop_token_ids)
     decoder = SpeculativeDecoder(**drafters)
     decoder(loaded.model, prompts[0]["ids"], rules)  # calibrate and warm up
@@ -273,10 +338,12 @@ def type_through(
         if prompt.healed:
             continue
         ids = tok.encode(prompt.text, add_special_tokens=True)
-        _, t_hf = timed(hf_generate, loaded, ids, max_new)
+        if with_hf:
+            _, t_cold = timed(hf_generate, loaded, ids, max_new)
         got, t_fast = timed(decoder, loaded.model, ids, rules, buffer_id=buffer)
-        identical.append(got.tokens == greedy_generate(loaded.model, ids, rules).tokens)
-        speedups.append(t_hf / t_fast)
+        plain, t_plain = timed(greedy_generate, loaded.model, ids, rules)
+        identical.append(got.tokens == plain.tokens)
+        speedups.append((t_cold if with_hf else t_plain) / t_fast)
         reused.append(got.stats["reusedPromptTokens"] / len(ids))
         for source, count in got.stats["acceptedBySource"].items():
             by_source[source] = by_source.get(source, 0) + count
@@ -284,7 +351,9 @@ def type_through(
         return {"samples": 0}
     return {
         "samples": len(speedups),
-        "medianSpeedupVsHf": round(statistics.median(speedups), 3),
+        ("medianSpeedupVsHf" if with_hf else "medianSpeedupVsColdGreedy"): round(
+            statistics.median(speedups), 3
+        ),
         "identical": sum(identical) / len(identical),
         "medianReusedPromptShare": round(statistics.median(reused), 3),
         "acceptedDraftTokensBySource": by_source,
@@ -397,6 +466,9 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
         "medianHfTokensPerS": median("hfTokensPerS"),
         "medianGreedyTokensPerS": median("greedyTokensPerS"),
         "medianSpeculativeTokensPerS": median("speculativeTokensPerS"),
+        "medianGreedyDecodeTokensPerS": median("greedyDecodeTokensPerS"),
+        "medianSpeculativeDecodeTokensPerS": median("speculativeDecodeTokensPerS"),
+        "medianPrefillTokensPerS": median("prefillTokensPerS"),
         "medianSpeedupVsHf": median("speedupVsHf"),
         "medianSpeedupVsGreedy": median("speedupVsGreedy"),
         "medianDecodeSpeedupVsHf": median("decodeSpeedupVsHf"),
@@ -405,8 +477,15 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
         "totalSpeedupVsHf": round(
             sum(r["hfMs"] for r in rows) / sum(r["speculativeMs"] for r in rows), 3
         ),
+        "totalSpeedupVsGreedy": round(
+            sum(r["greedyMs"] for r in rows) / sum(r["speculativeMs"] for r in rows), 3
+        ),
         "identical": sum(r["identical"] for r in rows) / len(rows),
-        "greedyMatchesHf": sum(r["greedyMatchesHf"] for r in rows) / len(rows),
+        "greedyMatchesHf": (
+            sum(r["greedyMatchesHf"] for r in rows) / len(rows)
+            if rows[0]["greedyMatchesHf"] is not None
+            else None
+        ),
         "meanTokensPerPass": round(statistics.mean(r["tokensPerPass"] for r in rows), 3),
         "acceptedDraftTokensBySource": sources,
         "shareOfOutputBySource": {k: round(v / tokens, 3) for k, v in sources.items()}
@@ -423,25 +502,36 @@ def plot(rows: list[dict], summary: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    order = sorted(rows, key=lambda r: r["speedupVsHf"])
-    left.bar(range(len(order)), [r["speedupVsHf"] for r in order], color="tab:blue")
+    hf = summary["greedyMatchesHf"] is not None
+    key = "speedupVsHf" if hf else "speedupVsGreedy"
+    against = "transformers generate" if hf else "plain greedy"
+    order = sorted(rows, key=lambda r: r[key])
+    left.bar(range(len(order)), [r[key] for r in order], color="tab:blue")
     left.axhline(1.0, color="grey", lw=1)
-    left.axhline(summary["medianSpeedupVsHf"], color="tab:red", ls="--", label="median")
-    left.set(xlabel="sample (sorted)", ylabel="speed-up vs transformers generate")
+    median = statistics.median(r[key] for r in rows)
+    left.axhline(median, color="tab:red", ls="--", label="median")
+    left.set(xlabel="sample (sorted)", ylabel=f"speed-up vs {against}")
     left.legend()
-    right.scatter([r["tokensPerPass"] for r in rows], [r["speedupVsHf"] for r in rows], s=12)
-    right.set(xlabel="tokens per forward pass", ylabel="speed-up vs transformers generate")
-    fig.suptitle(
-        f"identical outputs {summary['identical']:.0%}, "
-        f"median speed-up {summary['medianSpeedupVsHf']:.2f}x"
-    )
+    right.scatter([r["tokensPerPass"] for r in rows], [r[key] for r in rows], s=12)
+    right.set(xlabel="tokens per forward pass", ylabel=f"speed-up vs {against}")
+    fig.suptitle(f"identical outputs {summary['identical']:.0%}, median speed-up {median:.2f}x")
     fig.tight_layout()
     fig.savefig(out, dpi=120)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="memosight bench speed", description=__doc__)
-    parser.add_argument("--model", default=None, help="model folder (default: the embedded one)")
+    parser.add_argument(
+        "--model", default=None, help="model folder or .gguf file (default: the embedded one)"
+    )
+    parser.add_argument(
+        "--dtype", default="float32", help="float32 (default: lossless), bfloat16, auto"
+    )
+    parser.add_argument("--quantization", default="none", help="none (default), int8, int4, auto")
+    parser.add_argument("--no-hf", action="store_true", help="leave out transformers generate")
+    parser.add_argument(
+        "--llama-server", metavar="URL", help="also run the prompts on this llama.cpp server"
+    )
     parser.add_argument("--files", nargs="+", type=Path, help="held-out source files")
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -466,10 +556,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.ablate and args.no_hf:
+        sys.stderr.write("error: --ablate compares with transformers generate: drop --no-hf\n")
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        loaded = load_model(args.model, device="cpu", dtype="float32")
+        loaded = load_model(
+            args.model, device="cpu", dtype=args.dtype, quantization=args.quantization
+        )
     except ModelLoadError as err:
         sys.stderr.write(f"error: {err}\n")
         return 2
@@ -488,12 +583,29 @@ def main(argv: list[str]) -> int:
         "ngrams": None if args.no_ngrams else "auto",
     }
     decoder = SpeculativeDecoder(**drafters)
-    rows = run_samples(loaded, prompts, args.max_new_tokens, decoder, max(1, args.repeats))
+    rows = run_samples(
+        loaded, prompts, args.max_new_tokens, decoder, max(1, args.repeats), with_hf=not args.no_hf
+    )
     summary = summarize(rows)
+    if args.llama_server:
+        try:
+            summary["llamaServer"] = llama_server_rows(
+                LlamaServer(args.llama_server), prompts, rows, args.max_new_tokens
+            )
+        except LlamaServerError as err:
+            sys.stderr.write(f"error: {err}\n")
+            return 2
     if args.ablate:
         summary["bySourceAlone"] = ablation(loaded, prompts, rows, args.max_new_tokens, drafters)
     summary["typeThrough"] = type_through(
-        loaded, engine, prompts, rows, args.max_new_tokens, args.budget_tokens, drafters
+        loaded,
+        engine,
+        prompts,
+        rows,
+        args.max_new_tokens,
+        args.budget_tokens,
+        drafters,
+        with_hf=not args.no_hf,
     )
     summary["timeToFirstToken"] = time_to_first_token(loaded, list(files), decoder)
     summary["timeToFirstTokenFim"] = fim_edit_ttft(loaded, list(files), decoder)

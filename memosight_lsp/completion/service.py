@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from memosight_lsp.config import Settings
 from memosight_lsp.context import Rerank, build_context
+from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
@@ -149,6 +150,12 @@ class CompletionEngine:
     def vocabulary(self) -> VocabularyText:
         return VocabularyText(self.loaded.tokenizer)
 
+    @cached_property
+    def token_counter(self) -> TokenCounter:
+        """Counts with a memo of the lines it has seen: most of a keystroke's packing is
+        counting lines it counted on the keystroke before."""
+        return TokenCounter(self.count_tokens)
+
     def count_tokens(self, text: str) -> int:
         return len(self.loaded.tokenizer.encode(text, add_special_tokens=False))
 
@@ -167,7 +174,7 @@ class CompletionEngine:
             column=request.column,
             language_id=request.language_id,
             budget_tokens=budget,
-            count_tokens=self.count_tokens,
+            count_tokens=self.token_counter,
             # A huge or binary text is not parsed for ranking: it gets its own lines only.
             index=request.index if indexable_text(request.text) else None,
             open_buffers=request.open_buffers,
