@@ -1,11 +1,15 @@
 # Quick start:  make demo  (set up, then complete a sample file with the embedded model)
 #               make test  (lint, type check, Python + Neovim + VS Code tests)
+# A real model: make demo MODEL=~/models/qwen2.5-coder-0.5b-instruct.gguf  (a .gguf file or a
+#               Hugging Face model folder; see README.md, "Use a real model")
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The torch to install when none is present. The default is the CPU wheel these machines keep
 # on disk; on a GPU machine install torch first (pytorch.org) or run `make setup TORCH=torch`.
 TORCH ?= torch==2.13.0
+MODEL ?=
+MODEL_ARG := $(if $(MODEL),--model $(MODEL),)
 
 .PHONY: setup setup-dev demo test lint typecheck pytest vscode-test clean
 
@@ -21,8 +25,9 @@ setup-dev: setup
 	$(BIN)/python -m pip install -q -e ".[dev]"
 
 demo: setup
-	$(BIN)/memosight models
-	$(BIN)/memosight complete memosight_lsp/samples/quickstart.py --line 18 --character 8 --json
+	$(BIN)/memosight models $(MODEL_ARG)
+	$(BIN)/memosight complete memosight_lsp/samples/quickstart.py --line 18 --character 8 --json $(MODEL_ARG)
+
 
 lint:
 	$(BIN)/ruff check memosight_lsp tests

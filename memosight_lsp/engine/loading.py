@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from . import gguf, precision
 from .fim import FimFormat, resolve_fim_format
 from .fused_trunk import prepare_trunk
 from .quantize import quantize_model
+
+log = logging.getLogger(__name__)
 
 EMBEDDED_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
@@ -163,8 +166,14 @@ def load_model(
         raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
     tokenizer = load_tokenizer(folder)
 
-    def load(chosen: precision.Precision) -> Any:
-        return _load_weights(folder, config, chosen, torch_device)
+    def load(candidate: precision.Precision) -> Any | None:
+        try:
+            return _load_weights(folder, config, candidate, torch_device)
+        except ModelLoadError as err:
+            if candidate.quantization == "none":
+                raise
+            log.info("precision %s skipped: %s", candidate.describe(), err)
+            return None
 
     chosen = asked or precision.choose(folder, load, tokenizer, progress=progress)
     model, num_parameters = _load_weights(folder, config, chosen, torch_device, count=True)

@@ -109,14 +109,17 @@ def explicit(dtype: str, quantization: str, device: torch.device) -> Precision |
 
 def choose(
     folder: Path,
-    load: Callable[[Precision], Any],
+    load: Callable[[Precision], Any | None],
     tokenizer: Any,
     *,
     progress: Callable[[str], None] | None = None,
+    small_model_bytes: int | None = None,
 ) -> Precision:
     """Measure the candidates for this model on this CPU (once; cached), return the fastest
-    whose quality holds. `load(precision)` returns the model in that precision."""
-    if weight_bytes(folder) < SMALL_MODEL_BYTES:
+    whose quality holds. `load(precision)` returns the model in that precision, or None when
+    the model cannot take it (int4 on products its groups do not divide)."""
+    small = SMALL_MODEL_BYTES if small_model_bytes is None else small_model_bytes
+    if weight_bytes(folder) < small:
         return Precision(
             dtype=torch.float32,
             quantization="none",
@@ -136,10 +139,8 @@ def choose(
     measured: list[Measurement] = []
     reference: torch.Tensor | None = None
     for candidate in _candidates():
-        try:
-            model = load(candidate)
-        except ValueError as err:  # e.g. int4 on input sizes its groups do not divide
-            log.info("precision %s skipped: %s", candidate.describe(), err)
+        model = load(candidate)
+        if model is None:
             continue
         choices, one, eight = _time(model, ids)
         del model
