@@ -46,3 +46,17 @@ def test_fastest_keeps_the_quickest_run_and_checks_the_tokens():
 def test_bench_speed_rejects_missing_files(tiny_model_dir, capsys):
     assert speed.main(["--model", str(tiny_model_dir), "--files", "/nonexistent.py"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_bench_model_compares_speculative_with_plain_in_the_same_precision(tiny_model_dir, capsys):
+    from memosight_lsp.bench import model_quality
+
+    argv = ["--model", str(tiny_model_dir), "--cases", "6", "--speculative", "--dtype", "float32"]
+    assert model_quality.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"]["precision"] == "float32"
+    for corpus in report["next_line"].values():
+        for prompt in ("with_suffix_fim", "prefix_only"):
+            result = corpus[prompt]
+            assert result["identical_to_plain"] == 1.0  # float32: token for token
+            assert result["speculative"]["exact_match"] == result["exact_match"]
