@@ -84,3 +84,21 @@ def test_lru_evicts_to_the_byte_budget(tiny_model_dir):
     assert cache.stats()["evictions"] == 1
     cache.forget("b")
     assert len(cache) == 1
+
+
+def test_an_attachment_lives_and_goes_with_its_cache():
+    from memosight_lsp.engine.kv_cache import cache_for_config
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
+    )
+    model = object()
+    store = PrefixCache(max_buffers=1)
+    store.put("a", model, [1, 2], cache_for_config(config), attachment="a's suggestion")
+    assert store.attachment("a", model) == "a's suggestion"
+    assert store.attachment("a", object()) is None  # another model's entry is not ours
+    store.put("b", model, [1, 2], cache_for_config(config), attachment="b's")
+    assert store.attachment("a", model) is None  # evicted with a's cache
+    store.forget("b")
+    assert store.attachment("b", model) is None

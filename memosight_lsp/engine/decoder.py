@@ -136,7 +136,11 @@ class Run:
         self.result = Generation(tokens=[], prompt_tokens=len(prompt_ids))
         self._prefix_cache = prefix_cache
         self._started = self._prefilled = 0.0
-        self._kept: tuple[list[int], DynamicCache] | None = None
+        self._kept: tuple[list[int], DynamicCache, Any] | None = None
+
+    def attachment(self) -> Any:
+        """What this decoder attached to the buffer's cache on its last call (see keep)."""
+        return self._prefix_cache.attachment(self.buffer_id, self.model)
 
     def take_cache(self) -> tuple[DynamicCache, int]:
         """Starts the clock. The buffer's cache from its last call and how many prompt tokens it
@@ -185,9 +189,10 @@ class Run:
             self.result.stop_reason = reason
         return path, reason is not None
 
-    def keep(self, tokens: list[int], cache: DynamicCache) -> None:
-        """Keep `cache`, holding exactly `tokens`, for the buffer's next call."""
-        self._kept = (tokens, cache)
+    def keep(self, tokens: list[int], cache: DynamicCache, attachment: Any = None) -> None:
+        """Keep `cache`, holding exactly `tokens`, and what else the decoder wants back
+        (`attachment`), for the buffer's next call."""
+        self._kept = (tokens, cache, attachment)
 
     def finish(self) -> None:
         """Decoding is over: time it, then keep the buffer's cache (outside the timing)."""

@@ -5,7 +5,9 @@ holds. A new prompt reuses the longest common token prefix; comparing token ids 
 what makes the rollback safe: appending a character can re-tokenize the last token, and the
 common prefix then simply stops before it. At least one prompt token is always recomputed so
 the caller gets the logits of the last prompt position. Buffers are evicted least recently used
-first when the total exceeds a byte budget.
+first when the total exceeds a byte budget. A decoder may attach what else it keeps for the
+buffer (the speculative decoder's index of its last suggestion): it lives and goes with the
+cache, under the same policy.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from transformers import DynamicCache
 
@@ -27,6 +30,7 @@ class _Entry:
     tokens: list[int]  # the ids whose keys/values the cache holds, in order
     cache: DynamicCache
     nbytes: int
+    attachment: Any = None
 
 
 def cache_bytes(cache: DynamicCache, *, held: bool = False) -> int:
@@ -87,7 +91,19 @@ class PrefixCache:
         self.reused_tokens += reused
         return entry.cache, reused
 
-    def put(self, buffer_id: str | None, model, tokens: Sequence[int], cache: DynamicCache) -> None:
+    def attachment(self, buffer_id: str | None, model) -> Any:
+        """What the decoder attached to the buffer's cache (None without one); call before take."""
+        entry = self._entries.get(buffer_id) if buffer_id is not None else None
+        return entry.attachment if entry is not None and entry.model_key == id(model) else None
+
+    def put(
+        self,
+        buffer_id: str | None,
+        model,
+        tokens: Sequence[int],
+        cache: DynamicCache,
+        attachment: Any = None,
+    ) -> None:
         """Keep `cache` (holding exactly `tokens`) for the buffer; evicts to fit the budget."""
         if buffer_id is None:
             return
@@ -96,7 +112,11 @@ class PrefixCache:
         if nbytes > self.budget_bytes:
             return
         self._entries[buffer_id] = _Entry(
-            model_key=id(model), tokens=list(tokens), cache=cache, nbytes=nbytes
+            model_key=id(model),
+            tokens=list(tokens),
+            cache=cache,
+            nbytes=nbytes,
+            attachment=attachment,
         )
         while self._entries and (
             self.memory_bytes() > self.budget_bytes or len(self._entries) > self.max_buffers

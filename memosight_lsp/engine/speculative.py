@@ -14,7 +14,6 @@ The decoder honours StopRules and allowed_tokens token by token exactly like gre
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -214,7 +213,6 @@ class SpeculativeDecoder(Decoder):
         self.calibrate = calibrate
         self.stats = AcceptanceStats()
         self.workspace: TokenIndex | None = None
-        self.previous: OrderedDict[str, TokenIndex] = OrderedDict()
         self.totals: dict[str, Any] = {"passes": 0, "tokens": 0, "sources": {}}
         self._runner: ModelRunner | None = None
         self._heads_ms = 0.0
@@ -226,10 +224,6 @@ class SpeculativeDecoder(Decoder):
             index.extend(doc)
         self.workspace = index if index.tokens else None
 
-    def forget(self, buffer_id: str) -> None:
-        super().forget(buffer_id)
-        self.previous.pop(buffer_id, None)
-
     def runner(self, model: Any) -> ModelRunner:
         if self._runner is None or self._runner.model is not model:
             self._runner = ModelRunner(model)
@@ -238,7 +232,6 @@ class SpeculativeDecoder(Decoder):
             table = find_ngram_table(model) if self.ngrams_option == "auto" else self.ngrams_option
             self.ngrams = NgramDrafter(table) if table is not None else None
             self.prefix_cache.clear()
-            self.previous.clear()
         return self._runner
 
     def cost(self, model: Any, prompt_tokens: int) -> CostModel:
@@ -263,12 +256,12 @@ class SpeculativeDecoder(Decoder):
             GreedyDecoder().generate(run)
             return
         cost = self.cost(model, len(prompt_ids))
+        previous: TokenIndex | None = run.attachment()  # the buffer's last suggestion
         cache, reused = run.take_cache()
         hidden, logits = runner.prefill(prompt_ids[reused:], cache)
         run.prefilled()
         context = TokenIndex(prompt_ids) if "prompt" in self.sources else None
         committed = list(prompt_ids)  # ids whose keys/values are in the cache
-        previous = self.previous.get(run.buffer_id) if run.buffer_id is not None else None
         drafted = accepted_total = 0
         by_source: dict[str, int] = {}
         while (token := run.take_next(logits)) is not None:
@@ -303,8 +296,8 @@ class SpeculativeDecoder(Decoder):
             hidden, logits = hiddens[node], scores.at(node)
             if ended:
                 break
-        run.keep(committed, cache)
-        self._remember(run.buffer_id, committed, len(prompt_ids))
+        # A call that suggested nothing keeps the suggestion before it.
+        run.keep(committed, cache, self._suggestion_index(committed, len(prompt_ids)) or previous)
         decode_passes = max(result.forward_passes - 1, 1)
         result.stats = {
             "speculative": True,
@@ -358,16 +351,12 @@ class SpeculativeDecoder(Decoder):
         self._heads_calls += 1  # skipped calls still advance toward the next probe
         return False
 
-    def _remember(self, buffer_id: str | None, committed: list[int], prompt_len: int) -> None:
+    def _suggestion_index(self, committed: list[int], prompt_len: int) -> TokenIndex | None:
         """The suggestion just made, with a little of the prompt before it (to find where it
-        went), as the buffer's `previous` draft source."""
-        if buffer_id is None or "previous" not in self.sources or len(committed) <= prompt_len:
-            return
-        start = max(0, prompt_len - PREVIOUS_CONTEXT)
-        self.previous[buffer_id] = TokenIndex(committed[start:])
-        self.previous.move_to_end(buffer_id)
-        while len(self.previous) > self.prefix_cache.max_buffers:
-            self.previous.popitem(last=False)
+        went): the buffer's `previous` draft source next time, kept with its cache."""
+        if "previous" not in self.sources or len(committed) <= prompt_len:
+            return None
+        return TokenIndex(committed[max(0, prompt_len - PREVIOUS_CONTEXT) :])
 
     def describe(self) -> dict[str, Any]:
         return {
