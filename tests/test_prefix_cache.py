@@ -87,8 +87,9 @@ def test_lru_evicts_to_the_byte_budget(tiny_model_dir):
 
 
 def test_an_attachment_lives_and_goes_with_its_cache():
-    from memosight_lsp.engine.kv_cache import cache_for_config
     from transformers import LlamaConfig
+
+    from memosight_lsp.engine.kv_cache import cache_for_config
 
     config = LlamaConfig(
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
