@@ -10,6 +10,7 @@ from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
 from memosight_lsp.engine.kv_cache import new_cache
 from memosight_lsp.engine.quantize import (
     INT4_GROUP,
+    MANY_ROWS,
     QuantizedLinear,
     QuantizedProduct,
     concat,
@@ -38,6 +39,23 @@ def test_products_equal_the_dequantized_reference(kind, rows):
     assert (got - reference).abs().max() <= 0.02 * reference.abs().max()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_many_rows_run_one_dense_product_of_the_int8_values(kind):
+    w = weight()
+    q = quantize_weight(w, kind, torch.bfloat16)
+    int8 = q.wide or q
+    assert int8.kind == "int8"
+    x = torch.randn(MANY_ROWS + 5, w.shape[1], generator=torch.Generator().manual_seed(1))
+    x = x.bfloat16()
+    reference = x.float() @ int8.dequantized().t()
+    got = q.matmul(x).float()
+    assert (got - reference).abs().max() <= 0.02 * reference.abs().max()
+    # ... the same weight the kernel multiplies a few rows by (int4: within its coarser steps).
+    few = q.matmul(x[:4]).float()
+    bound = 0.02 if kind == "int8" else 0.15
+    assert (few - got[:4]).abs().max() <= bound * reference.abs().max()
+
+
 @pytest.mark.parametrize(("kind", "bound"), [("int8", 0.01), ("int4", 0.1)])
 def test_dequantized_weights_stay_close_to_the_original(kind, bound):
     w = weight()
@@ -62,6 +80,8 @@ def test_concatenated_and_sliced_weights_compute_the_same(kind):
     outs = fused.matmul(x)
     assert torch.equal(outs, torch.cat([p.matmul(x) for p in parts], dim=1))
     assert torch.equal(fused.rows(64, 96).matmul(x), parts[1].matmul(x))
+    many = torch.randn(MANY_ROWS, 256).bfloat16()
+    assert torch.equal(fused.matmul(many), torch.cat([p.matmul(many) for p in parts], dim=1))
 
 
 def test_int4_needs_groups_that_divide_the_input():

@@ -6,6 +6,12 @@ weights, so fewer bytes per weight is fewer milliseconds per token.
 - int4: asymmetric groups of INT4_GROUP input channels (a scale and a zero per group), packed
   two per byte for `aten._weight_int4pack_mm_for_cpu`; the LM head stays int8.
 
+Those kernels are made for decoding: their cost grows with every row (measured with the
+Qwen2.5-Coder-0.5B shapes, one thread: int4 1 / 8 / 64 rows 28 / 104 / 792 ms a pass, int8 83 /
+180 / 1,103). A prefill of hundreds of rows instead converts the int8 values to the activations'
+dtype and runs one dense product (~300 ms for 4 to 256 rows): int8 weights exactly as they
+are, int4 ones from an int8 copy of the same weight (1.5 bytes a weight in all).
+
 `quantize_model` swaps the decoder's nn.Linear modules (and the LM head) for QuantizedLinear in
 place, freeing each dense weight as it goes, so the model's own forward keeps working and the
 fused trunk can take the quantized weights as they are. Embeddings and norms stay dense: a
@@ -20,11 +26,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 Quantization = Literal["none", "int8", "int4"]
 INT4_GROUP = 128  # input channels per int4 scale/zero (what torchao uses on CPU by default)
 INT4_INNER_K_TILES = 2  # the CPU packing's tile size (in_features must divide by 16 * this)
+MANY_ROWS = 32  # from here on a dense product beats the kernels (see the module docstring)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,9 +44,13 @@ class QuantizedWeight:
     scales: torch.Tensor  # int8: [out]; int4: scales and zeros [in / group, out, 2]
     out_features: int
     in_features: int
+    wide: QuantizedWeight | None = None  # int4: the int8 form that products over many rows use
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """[R, in] -> [R, out] in the activations' dtype."""
+        if x.shape[0] >= MANY_ROWS:
+            int8 = self.wide or self
+            return F.linear(x, int8.data.to(x.dtype)) * int8.scales  # (x @ q^T) * s == x @ w^T
         if self.kind == "int8":
             return torch.ops.aten._weight_int8pack_mm(x, self.data, self.scales)
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.data, INT4_GROUP, self.scales)
@@ -60,10 +72,12 @@ class QuantizedWeight:
         else:
             values = _unpack_int4(self.data, self.out_features, self.in_features)
             data, scales = _pack_int4(values[start:end]), self.scales[:, start:end].contiguous()
-        return replace(self, data=data, scales=scales, out_features=end - start)
+        wide = self.wide.rows(start, end) if self.wide is not None else None
+        return replace(self, data=data, scales=scales, out_features=end - start, wide=wide)
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.data, self.scales))
+        own = sum(t.numel() * t.element_size() for t in (self.data, self.scales))
+        return own + (self.wide.nbytes() if self.wide is not None else 0)
 
 
 def quantize_weight(weight: torch.Tensor, kind: Literal["int8", "int4"], dtype: torch.dtype):
@@ -93,6 +107,7 @@ def quantize_weight(weight: torch.Tensor, kind: Literal["int8", "int4"], dtype: 
         scales=scales_and_zeros.contiguous(),  # [in / group, out, 2]
         out_features=out_features,
         in_features=in_features,
+        wide=quantize_weight(w, "int8", dtype),
     )
 
 
@@ -106,9 +121,10 @@ def concat(weights: list[QuantizedWeight]) -> QuantizedWeight:
         values = [_unpack_int4(w.data, w.out_features, w.in_features) for w in weights]
         data = _pack_int4(torch.cat(values))
         scales = torch.cat([w.scales for w in weights], dim=1).contiguous()
-    return replace(
-        first, data=data, scales=scales, out_features=sum(w.out_features for w in weights)
-    )
+    wides = [w.wide for w in weights if w.wide is not None]
+    wide = concat(wides) if len(wides) == len(weights) else None
+    out_features = sum(w.out_features for w in weights)
+    return replace(first, data=data, scales=scales, out_features=out_features, wide=wide)
 
 
 def _pack_int4(values: torch.Tensor) -> torch.Tensor:
