@@ -250,14 +250,20 @@ def quantize_model(model: Any, kind: Quantization) -> int:
         return 0
     dtype = model.get_input_embeddings().weight.dtype
     head = model.get_output_embeddings()
-    freed = 0
-    for parent, name, linear in list(quantizable_linears(model)):
+
+    def kind_of(linear: nn.Linear) -> Literal["int8", "int4"]:
         # The LM head decides every token: int8 even under int4 (llama.cpp's mixes keep it
         # at 6-8 bits too).
-        linear_kind: Literal["int8", "int4"] = "int8" if linear is head else kind
-        reason = unsupported_reason(linear_kind, linear)
+        return "int8" if linear is head else kind
+
+    for _, _, linear in quantizable_linears(model):  # all or nothing: check before changing
+        reason = unsupported_reason(kind_of(linear), linear)
         if reason is not None:
             raise ValueError(reason)
+    freed = 0
+    # One linear at a time, so each dense weight can go before the next is quantized.
+    for parent, name, linear in quantizable_linears(model):
+        linear_kind = kind_of(linear)
         with torch.no_grad():
             weight = quantize_weight(linear.weight, linear_kind, dtype)
         bias = linear.bias.detach() if linear.bias is not None else None
@@ -266,4 +272,9 @@ def quantize_model(model: Any, kind: Quantization) -> int:
         freed += linear.weight.numel() * linear.weight.element_size() - weight.nbytes()
     if getattr(model.config, "tie_word_embeddings", False):
         model.config.tie_word_embeddings = False  # the head is no longer the embedding
+    # What stays dense (embeddings, norms) may be views of the memory-mapped weight file: as
+    # copies they let the mapping go (Qwen2.5-Coder-0.5B, int4: resident 2.1 -> 1.4 GB).
+    with torch.no_grad():
+        for param in model.parameters():
+            param.data = param.data.clone()
     return freed
