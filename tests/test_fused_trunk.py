@@ -200,3 +200,47 @@ def test_half_precision_runs_and_stays_close():
     step = trunk(ids[:, :1], ours)
     logits = trunk.logits(step)
     assert logits.dtype == torch.float32 and logits.shape == (1, SHAPE["vocab_size"])
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_half_precision_passes_equal_one_token_steps_bitwise(arch):
+    """In bf16 a pass over k tokens must give what k one-token steps give, to the bit: that
+    is what keeps speculative decoding identical to plain greedy decoding there."""
+    model = build(arch).eval().to(torch.bfloat16)
+    trunk = prepare_trunk(model)
+    ids = torch.randint(0, SHAPE["vocab_size"], (1, 40), generator=torch.Generator().manual_seed(4))
+    stepped, batched = new_cache(model), new_cache(model)
+    trunk(ids[:, :30], stepped)
+    trunk(ids[:, :30], batched)
+    steps = torch.cat([trunk(ids[:, i : i + 1], stepped) for i in range(30, 40)])
+    assert torch.equal(trunk(ids[:, 30:40], batched), steps)  # a chain
+
+
+def test_a_half_precision_tree_node_sees_what_its_one_token_step_sees():
+    """A node on a second branch attends to the past and its own ancestors only."""
+    model = build("qwen2").eval().to(torch.bfloat16)
+    trunk = prepare_trunk(model)
+    ids = torch.randint(0, SHAPE["vocab_size"], (1, 24), generator=torch.Generator().manual_seed(6))
+    past = 20
+    # Tree over [root, a, b, c]: a and b are children of the root, c a child of b.
+    nodes = torch.tensor([[ids[0, past], 7, 9, 11]])
+    parents = [0, 0, 2]  # of a, b, c (input indices)
+    mask = torch.zeros(4, past + 4, dtype=torch.bool)
+    mask[:, :past] = True
+    for i in range(4):
+        mask[i, past + i] = True
+        j = i
+        while j:
+            j = parents[j - 1]
+            mask[i, past + j] = True
+    positions = torch.tensor([past, past + 1, past + 1, past + 2])
+    tree_cache = new_cache(model)
+    trunk(ids[:, :past], tree_cache)
+    tree = trunk(nodes, tree_cache, positions=positions, mask=mask)
+    # The path root -> b -> c, one token at a time.
+    path_cache = new_cache(model)
+    trunk(ids[:, :past], path_cache)
+    steps = [trunk(nodes[:, i : i + 1], path_cache) for i in (0, 2, 3)]
+    assert torch.equal(tree[0], steps[0][0])
+    assert torch.equal(tree[2], steps[1][0])
+    assert torch.equal(tree[3], steps[2][0])

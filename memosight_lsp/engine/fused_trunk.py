@@ -16,6 +16,15 @@ Every decoder that must agree token for token with plain greedy decoding (greedy
 speculative.py) runs through `prepare_trunk(model)`, so they share exactly the same arithmetic.
 Other models get HFTrunk, transformers' own forward behind the same call.
 
+In bfloat16 (and with int8 / int4 weights, whose activations are bfloat16) a verification pass
+is made bitwise equal to one-token steps, so speculative decoding stays token-for-token what
+plain greedy decoding gives there too. The products and norms already are (each row of a
+product comes out the same whatever the row count); attention is not: one batched call over k
+queries with a mask rounds differently from k one-query calls (bf16: up to ~5e-4, enough to
+flip an argmax now and then). So passes of up to EXACT_ROWS rows on top of a cache attend row by
+row, each row to exactly the keys a one-token step would see (its prefix, or for a tree node the
+past and its ancestors, gathered in order). float32 keeps the batched call (it differs by ~1e-7).
+
 The model owns its trunk: the first `prepare_trunk` re-lays its weights out and keeps the trunk
 on the model itself (TRUNK_ATTRIBUTE), so the trunk lives exactly as long as the weights it
 rewrote and is never built twice; there is no cache to evict.
@@ -39,6 +48,10 @@ from .row_kernels import COPY, COPY_MAX_BYTES, FEW_ROWS, LINEAR, TRANSPOSED, Pro
 FUSED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 TIMING_CONTEXT = 256  # cached tokens under the passes that choose the row kernels
 TRUNK_ATTRIBUTE = "_memosight_trunk"  # where a prepared model keeps its trunk
+EXACT_ROWS = 64  # passes up to this many rows attend row by row in half precision (see above)
+
+# The keys one row attends to: a prefix of the cache (its length) or positions in order.
+RowKeys = int | torch.Tensor
 
 
 def prepare_trunk(model: Any) -> HFTrunk | FusedTrunk:
@@ -191,6 +204,7 @@ class _FusedLayer:
         mask: torch.Tensor | None,
         causal: bool,
         kernel: int,
+        row_keys: list[RowKeys] | None = None,
     ) -> torch.Tensor:
         seq = x.shape[1]
         heads, kv_heads = self.n_heads, self.n_kv_heads
@@ -205,19 +219,53 @@ class _FusedLayer:
         qk = torch.addcmul(qk * cos, qk.roll(self.head_dim // 2, dims=-1), sin)
         q, k = qk[:, :heads], qk[:, heads:]
         keys, values = cache.update(k, v, self.index)
-        attended = F.scaled_dot_product_attention(
-            q,
-            keys,
-            values,
-            attn_mask=mask,
-            is_causal=causal,
-            scale=self.scaling,
-            enable_gqa=self.n_kv_heads != self.n_heads,
-        )
+        if row_keys is None:
+            attended = F.scaled_dot_product_attention(
+                q,
+                keys,
+                values,
+                attn_mask=mask,
+                is_causal=causal,
+                scale=self.scaling,
+                enable_gqa=self.n_kv_heads != self.n_heads,
+            )
+        else:  # [1, heads, S, D], each row as a one-token step computes it
+            attended = torch.cat(
+                [
+                    self._attend_one(q[:, :, i : i + 1], keys, values, sel)
+                    for i, sel in enumerate(row_keys)
+                ],
+                dim=2,
+            )
         attended = attended.transpose(1, 2).reshape(1, seq, heads * self.head_dim)
         x = x + self.o(attended, kernel)
         h = _rms_norm(x, self.post_norm)
         return x + self.down(self.act(self.gate(h, kernel)).mul_(self.up(h, kernel)), kernel)
+
+    def _attend_one(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, sel: RowKeys
+    ) -> torch.Tensor:
+        """One query [1, heads, 1, D] over the keys a one-token step would have."""
+        if isinstance(sel, int):
+            keys, values = keys[:, :, :sel], values[:, :, :sel]
+        else:
+            keys, values = keys.index_select(2, sel), values.index_select(2, sel)
+        return F.scaled_dot_product_attention(
+            q, keys, values, scale=self.scaling, enable_gqa=self.n_kv_heads != self.n_heads
+        )
+
+
+def _row_keys(mask: torch.Tensor | None, past: int, seq: int) -> list[RowKeys]:
+    """Per row of a pass, the keys it attends to: a causal pass (mask None) sees prefixes; a
+    tree row [past + seq] bool sees the past and its ancestors (a prefix when contiguous)."""
+    if mask is None:
+        return [past + i + 1 for i in range(seq)]
+    out: list[RowKeys] = []
+    for row in mask:
+        index = row.nonzero().squeeze(1)
+        count = int(index.numel())
+        out.append(count if int(index[-1]) == count - 1 else index)
+    return out
 
 
 class FusedTrunk(HFTrunk):
@@ -249,6 +297,8 @@ class FusedTrunk(HFTrunk):
             and all(p.weight.is_cpu and p.weight.dtype == torch.float32 for p in dense)
         )
         self.kernels: RowKernels | None = None
+        # Half precision: verification passes attend row by row (see the module docstring).
+        self.exact_rows = self.dtype != torch.float32
         size = sum(p.weight.numel() * p.weight.element_size() for p in dense)
         if self.timed_kernels and size <= COPY_MAX_BYTES:
             for product in dense:
@@ -307,7 +357,11 @@ class FusedTrunk(HFTrunk):
         if positions is None:
             positions = torch.arange(past, past + seq, device=device)
         causal = False
-        if mask is None and seq > 1:
+        row_keys = None
+        if self.exact_rows and past > 0 and 1 < seq <= EXACT_ROWS:
+            row_keys = _row_keys(mask, past, seq)
+            mask = None
+        elif mask is None and seq > 1:
             if past == 0:
                 causal = True  # SDPA's own causal mask is aligned to the top left: no past only
             else:
@@ -325,7 +379,7 @@ class FusedTrunk(HFTrunk):
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
         cos, sin = cos[:, None], sin[:, None]
         for layer in self.layers:
-            x = layer(x, cos, sin, cache, attn_mask, causal, kernel)
+            x = layer(x, cos, sin, cache, attn_mask, causal, kernel, row_keys)
         return _rms_norm(x, self.norm)[0]
 
     @torch.inference_mode()
