@@ -35,6 +35,7 @@ INT4_INNER_K_TILES = 2  # the CPU packing's tile size (in_features must divide b
 # From here on products run dense. The kernels lose from ~32 rows, but a verification pass (up to
 # 33 rows) must run the kernel a one-token step runs, to give the same bits (fused_trunk).
 MANY_ROWS = 64
+CHUNK_ROWS = 4096  # output channels quantized at a time (bounds the float32 temporaries)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,33 +84,46 @@ class QuantizedWeight:
 
 
 def quantize_weight(weight: torch.Tensor, kind: Literal["int8", "int4"], dtype: torch.dtype):
-    """Quantize a dense [out, in] weight; scales in the activations' `dtype`."""
-    w = weight.detach().float()
-    out_features, in_features = w.shape
-    if kind == "int8":
-        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)  # [out]
-        data = (w / scales[:, None]).round().clamp(-128, 127).to(torch.int8).contiguous()
-        return QuantizedWeight(
-            kind="int8",
-            data=data,
-            scales=scales.to(dtype),
-            out_features=out_features,
-            in_features=in_features,
-        )
-    groups = w.reshape(out_features, -1, INT4_GROUP)  # [out, in / group, group]
-    low, high = groups.amin(dim=-1), groups.amax(dim=-1)
-    scales = ((high - low) / 15).clamp(min=1e-12)
-    zeros = low + scales * 8  # the kernel computes (q - 8) * scale + zero
-    q = ((groups - low[..., None]) / scales[..., None]).round().clamp(0, 15)
-    packed = _pack_int4(q.to(torch.int32).reshape(out_features, in_features))
-    scales_and_zeros = torch.stack((scales.t(), zeros.t()), dim=-1).to(torch.bfloat16)
-    return QuantizedWeight(
-        kind="int4",
-        data=packed,
-        scales=scales_and_zeros.contiguous(),  # [in / group, out, 2]
+    """Quantize a dense [out, in] weight; scales in the activations' `dtype`. Works through
+    CHUNK_ROWS output channels at a time: the float32 temporaries of a whole LM head would be
+    ~2 GB for a 150k vocabulary."""
+    out_features, in_features = weight.shape
+    int8 = torch.empty(out_features, in_features, dtype=torch.int8)
+    int8_scales = torch.empty(out_features)
+    if kind == "int4":
+        int4 = torch.empty(out_features, in_features, dtype=torch.int32)
+        groups_scales = torch.empty(out_features, in_features // INT4_GROUP)
+        groups_zeros = torch.empty_like(groups_scales)
+    for start in range(0, out_features, CHUNK_ROWS):
+        rows = slice(start, start + CHUNK_ROWS)
+        w = weight[rows].detach().float()  # [chunk, in]
+        int8_scales[rows] = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
+        int8[rows] = (w / int8_scales[rows, None]).round().clamp(-128, 127)
+        if kind == "int4":
+            groups = w.reshape(w.shape[0], -1, INT4_GROUP)  # [chunk, in / group, group]
+            low, high = groups.amin(dim=-1), groups.amax(dim=-1)
+            scales = ((high - low) / 15).clamp(min=1e-12)
+            groups_scales[rows] = scales
+            groups_zeros[rows] = low + scales * 8  # the kernel computes (q - 8) * scale + zero
+            q = ((groups - low[..., None]) / scales[..., None]).round().clamp(0, 15)
+            int4[rows] = q.reshape(w.shape)
+    wide = QuantizedWeight(
+        kind="int8",
+        data=int8,
+        scales=int8_scales.to(dtype),
         out_features=out_features,
         in_features=in_features,
-        wide=quantize_weight(w, "int8", dtype),
+    )
+    if kind == "int8":
+        return wide
+    scales_and_zeros = torch.stack((groups_scales.t(), groups_zeros.t()), dim=-1)
+    return QuantizedWeight(
+        kind="int4",
+        data=_pack_int4(int4),
+        scales=scales_and_zeros.to(torch.bfloat16).contiguous(),  # [in / group, out, 2]
+        out_features=out_features,
+        in_features=in_features,
+        wide=wide,
     )
 
 
