@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -18,7 +19,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from . import gguf, precision
+from . import gguf, precision, quantized_cache
 from .fim import FimFormat, resolve_fim_format
 from .fused_trunk import prepare_trunk
 from .quantize import quantize_model
@@ -168,7 +169,8 @@ def load_model(
 
     def load(candidate: precision.Precision) -> Any | None:
         try:
-            return _load_weights(folder, config, candidate, torch_device)
+            # Measured candidates are not kept on disk: only the chosen one is.
+            return _load_weights(folder, config, candidate, torch_device, keep=False)
         except ModelLoadError as err:
             if candidate.quantization == "none":
                 raise
@@ -203,16 +205,10 @@ def load_model(
     )
 
 
-def _load_weights(
-    folder: Path,
-    config: Any,
-    chosen: precision.Precision,
-    device: torch.device,
-    *,
-    count: bool = False,
-) -> Any:
-    """The model in eval mode on `device` in the chosen precision, its trunk built (with
-    `count`: also the number of parameters it had before quantization)."""
+def _from_folder(
+    folder: Path, config: Any, chosen: precision.Precision, device: torch.device
+) -> tuple[Any, int]:
+    """The model from its folder's weights, quantized as chosen; and its parameter count."""
     try:
         model = AutoModelForCausalLM.from_pretrained(
             folder,
@@ -242,6 +238,33 @@ def _load_weights(
         quantize_model(model, chosen.quantization)
     except ValueError as err:
         raise ModelLoadError(f"cannot quantize {folder} as {chosen.quantization}: {err}") from err
+    return model, num_parameters
+
+
+def _load_weights(
+    folder: Path,
+    config: Any,
+    chosen: precision.Precision,
+    device: torch.device,
+    *,
+    count: bool = False,
+    keep: bool = True,
+) -> Any:
+    """The model in eval mode on `device` in the chosen precision, its trunk built (with
+    `count`: also the number of parameters it had before quantization). A quantized model is
+    read from its quantized form when one was kept (quantized_cache), else made and, with
+    `keep`, kept."""
+    kept = None
+    if chosen.quantization != "none":
+        kept_file = quantized_cache.cache_file(folder, chosen.quantization, chosen.dtype)
+        kept = quantized_cache.load(kept_file, copy.deepcopy(config), chosen.dtype)
+    if kept is not None:
+        model, num_parameters = kept
+        model.to(device)  # type: ignore[arg-type]
+    else:
+        model, num_parameters = _from_folder(folder, config, chosen, device)
+        if keep and chosen.quantization != "none":
+            quantized_cache.save(model, kept_file, num_parameters)
     # The decoders' trunk re-lays the weights out once (fused_trunk): part of loading, not of
     # the first keystroke.
     prepare_trunk(model)
