@@ -17,6 +17,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'model.path', default: null },
   { key: 'model.device', default: 'auto' },
   { key: 'model.dtype', default: 'auto' },
+  { key: 'model.quantization', default: 'auto' },
   { key: 'model.fimFormat', default: 'auto' },
   { key: 'completion.maxNewTokens', default: 64 },
   { key: 'completion.multiline', default: 'auto' },
