@@ -330,3 +330,20 @@ class Decoder(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"prefixCache": self.prefix_cache.stats()}
+
+
+def time_prefill(model: Any, tokens: int) -> tuple[int, float]:
+    """(tokens, ms) of one prefill of `tokens` random ids (fewer where the model has fewer
+    positions) on an empty cache through the decoders' trunk, after an untimed short one: the
+    first sample of the model's prefill rate."""
+    limit = int(getattr(model.config, "max_position_embeddings", 0) or 0) or tokens + 1
+    tokens = max(1, min(tokens, limit - 1))
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, int(model.config.vocab_size), (1, tokens), generator=generator)
+    ids = ids.to(next(model.parameters()).device)
+    trunk = prepare_trunk(model)
+    with torch.inference_mode():
+        trunk(ids[:, : min(16, tokens)], new_cache(model), prefill=True)
+        started = time.perf_counter()
+        trunk(ids, new_cache(model), prefill=True)  # [S, H]
+    return tokens, (time.perf_counter() - started) * 1000
