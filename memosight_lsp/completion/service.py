@@ -213,8 +213,11 @@ class CompletionEngine:
         False packs afresh and leaves the buffer's pinned head alone (a one-off budget)."""
         budget = budget or self.latency_budget(request)
         index = request.index if indexable_text(request.text) else None
-        # What the pinned head was packed for: another budget, index or file packs again.
-        key = (budget.max_prompt_tokens, id(index), request.path, request.language_id)
+        # What the pinned head was packed for: another budget, index, file or other open
+        # buffers (edited elsewhere: their snippets may be stale) packs again. Hashing an
+        # unchanged buffer is free (str caches its hash).
+        others = tuple(sorted((path, hash(text)) for path, text in request.open_buffers.items()))
+        key = (budget.max_prompt_tokens, id(index), request.path, request.language_id, others)
         buffer = request.buffer_id if stable else None
         packed = None
         if buffer is not None:
