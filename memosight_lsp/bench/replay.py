@@ -231,10 +231,13 @@ class MemoSightEditor:
 
     name = "memosight"
 
-    def __init__(self, options: dict[str, Any], roots: list[Path], threads: int) -> None:
+    def __init__(
+        self, options: dict[str, Any], roots: list[Path], threads: int, log: Path | None
+    ) -> None:
         self.options = options
         self.roots = roots
         self.threads = threads
+        self.log = log
         self.client = LanguageClient("memosight-replay", "1")
         self.statuses: list[dict[str, Any]] = []
         self.uri = ""
@@ -248,7 +251,8 @@ class MemoSightEditor:
         env = dict(os.environ)
         if self.threads:
             env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
-        await self.client.start_io(sys.executable, "-m", "memosight_lsp", env=env)
+        logging = ["--log-file", str(self.log), "-vv"] if self.log else []
+        await self.client.start_io(sys.executable, "-m", "memosight_lsp", *logging, env=env)
         await self.client.initialize_async(
             types.InitializeParams(
                 capabilities=types.ClientCapabilities(),
@@ -653,7 +657,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, list[dict[str, Any]]] = {}
     if not args.no_memosight:
         roots = sorted({package_root(t.package) for t in targets})
-        editor = MemoSightEditor(server_options(args), roots, args.threads)
+        editor = MemoSightEditor(server_options(args), roots, args.threads, args.server_log)
         started = await editor.start()
         await editor.wait_indexed()
         try:
@@ -707,6 +711,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=0, help="the server's torch threads")
     parser.add_argument("--llama-server", metavar="URL", help="replay against its /infill too")
     parser.add_argument("--no-memosight", action="store_true", help="only the llama.cpp replay")
+    parser.add_argument("--server-log", type=Path, help="the server's log (-vv) goes here")
     parser.add_argument("--plot", type=Path, help="latency over the session, as a PNG")
     parser.add_argument("--timeline", type=Path, help="write every request's latency (JSON)")
     return parser

@@ -361,6 +361,18 @@ class CompletionFlow:
             deadline=deadline,
             on_partial=on_partial if early is not None and deadline is not None else None,
         )
+        log.debug(
+            "%s: %d prompt tokens (%d reused), prefill %.0f ms, decode %.0f ms, %d tokens, "
+            "%.0f ms in all, %s",
+            counter,
+            completion.prompt_tokens,
+            completion.stats.get("reusedPromptTokens", 0),
+            completion.prefill_ms,
+            completion.decode_ms,
+            completion.new_tokens,
+            completion.total_ms,
+            completion.stop_reason,
+        )
         kv_counter = _KV_COUNTERS.get(completion.stats.get("kvCompression", "off"))
         if kv_counter is not None:
             self.stats.count(kv_counter)
@@ -412,6 +424,7 @@ class CompletionFlow:
                 return None
             self.stats.count("prewarms")
             done = engine.prewarm(request, cancelled=cancelled)
+            log.debug("prewarm: %s", done)
             self.stats.count("prewarmedTokens", done.get("prefilledTokens", 0))
             return done
 
