@@ -43,6 +43,10 @@ class CompletionSettings:
     speculative: bool = True  # draft + verify; output is identical either way
     type_through: bool = True
     precompute_next: bool = True
+    # Answer by then with what is verified so far (decoding goes on, for the next keystroke),
+    # and size a cold prompt to the model's measured prefill rate (completion/latency.py);
+    # 0: wait for the whole completion and pack the whole budget.
+    first_response_ms: int = 300
 
 
 @dataclass(kw_only=True)
@@ -78,6 +82,7 @@ class Settings:
 NUMERIC_BOUNDS: dict[str, tuple[int, int]] = {
     "max_new_tokens": (1, 1024),
     "debounce_ms": (0, 5000),
+    "first_response_ms": (0, 60000),
     "budget_tokens": (0, 131072),
     "kv_ratio": (2, 16),
     "min_prompt_tokens": (0, 131072),

@@ -79,9 +79,12 @@ async def stop(client: LanguageClient) -> None:
 
 
 def tiny_options(model_dir: Path, **completion: Any) -> dict:
+    """Settings for a tiny model. These tests check whole suggestions, so they wait for them
+    (firstResponseMs 0: no first-response deadline on a loaded machine; tests/test_latency.py
+    tests the deadline)."""
     return {
         "model": {"path": str(model_dir)},
-        "completion": {"maxNewTokens": 8, **completion},
+        "completion": {"maxNewTokens": 8, "firstResponseMs": 0, **completion},
     }
 
 

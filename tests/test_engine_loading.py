@@ -44,8 +44,15 @@ def test_detects_fim_format_of_known_families(tokens, expected):
 
 
 def test_codellama_prompt_is_spaced():
-    assert CODELLAMA.build("a", "b") == "▁<PRE> a ▁<SUF>b ▁<MID>"
+    assert CODELLAMA.build_psm("a", "b") == "▁<PRE> a ▁<SUF>b ▁<MID>"
     assert QWEN.build("a", "b") == "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>"
+
+
+def test_families_trained_suffix_first_get_spm_prompts():
+    # The orders the families' own code spells (CodeLlama's generation.py, bigcode Megatron-LM).
+    assert CODELLAMA.build("a", "b") == "▁<PRE> ▁<SUF>b ▁<MID> a"
+    assert STARCODER.build("a", "b") == "<fim_prefix><fim_suffix>b<fim_middle>a"
+    assert not QWEN.suffix_first and QWEN.build("a", "b") == QWEN.build_psm("a", "b")
 
 
 def test_missing_folder_is_a_clear_error(tmp_path):

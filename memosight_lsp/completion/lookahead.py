@@ -50,6 +50,13 @@ class LookaheadEntry:
         return self.ghost[k:]
 
 
+def _extends(a: LookaheadEntry, b: LookaheadEntry) -> bool:
+    """Whether one is the other continued (or cut shorter) for the same document state."""
+    return (a.before, a.after, a.min_typed) == (b.before, b.after, b.min_typed) and (
+        a.ghost.startswith(b.ghost) or b.ghost.startswith(a.ghost)
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class LookaheadHit:
     text: str
@@ -65,10 +72,12 @@ class LookaheadCache:
         self.max_entries = max_entries
 
     def put(self, buffer_id: str, entry: LookaheadEntry) -> None:
+        """Store a suggestion, newest first; it replaces an older one for the same document
+        state that it continues (a decoding that answered early stores each longer text)."""
         if not entry.ghost:
             return
         with self._lock:
-            entries = [e for e in self._entries.get(buffer_id, []) if e != entry]
+            entries = [e for e in self._entries.get(buffer_id, []) if not _extends(e, entry)]
             entries.insert(0, entry)
             self._entries[buffer_id] = entries[: self.max_entries]
 

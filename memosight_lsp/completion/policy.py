@@ -16,6 +16,8 @@ class CursorSituation:
     indent: str  # indentation of the block the completion belongs to
     # From the syntax tree: in a string, comment or bracketed expression (None: no grammar).
     in_expression: bool | None = None
+    in_brackets: bool = False  # in a bracketed expression (not a string or comment)
+    language: str | None = None  # the grammar's name (workspace/languages.py), if any
 
     @property
     def mid_word(self) -> bool:
@@ -29,7 +31,12 @@ def leading_ws(line: str) -> str:
 
 
 def describe_cursor(
-    prefix: str, suffix: str, *, in_expression: bool | None = None
+    prefix: str,
+    suffix: str,
+    *,
+    in_expression: bool | None = None,
+    in_brackets: bool = False,
+    language: str | None = None,
 ) -> CursorSituation:
     before_lines = prefix.split("\n")
     line_prefix = before_lines[-1]
@@ -51,6 +58,8 @@ def describe_cursor(
         previous_line=previous,
         indent=indent,
         in_expression=in_expression,
+        in_brackets=in_brackets,
+        language=language,
     )
 
 

@@ -1,11 +1,33 @@
-"""Trim raw model output into what an editor should show at the cursor."""
+"""Trim raw model output into what an editor should show at the cursor, never anything
+embarrassing: a degenerate loop is cut to its first copy (and decoding stops once one shows),
+and a statement keyword where an expression goes (`foo(a, ` -> `def __init__(...`) is dropped.
+A decoding still under way is shown only up to a line or word end (`partial`).
+"""
 
 from __future__ import annotations
+
+import re
 
 from .policy import CursorSituation, leading_ws
 
 MAX_BLOCK_LINES = 16
 CLOSERS = {")": "(", "]": "[", "}": "{"}
+# A loop: a unit of up to MAX_LOOP_UNIT characters, with a letter or digit in it, that ends the
+# text repeated LOOP_COPIES times in a row (LOOP_COPIES_SHORT for units of SHORT_UNIT or fewer:
+# `(0, 0, 0)` is code, `6, 6, 6, 6, 6` is not). Punctuation runs (`# -----`) are never loops.
+MAX_LOOP_UNIT = 32
+LOOP_COPIES = 3
+LOOP_COPIES_SHORT = 4
+SHORT_UNIT = 4
+# Python statements that cannot start inside brackets (`for`, `if`, `else`, `lambda`, `await`,
+# `yield` and `async for` can: comprehensions, conditional expressions).
+STATEMENT_IN_BRACKETS = {
+    "python": re.compile(
+        r"(?:def|class|return|import|raise|try|except|finally|while|with|elif|pass|break"
+        r"|continue|del|global|nonlocal|assert|async\s+def)\b|from\s+[\w.]+\s+import\b|@\w"
+    ),
+}
+WORD_TAIL = re.compile(r"\w+\Z")
 
 
 def first_line_done(text: str) -> bool:
@@ -30,9 +52,45 @@ def block_end(text: str, situation: CursorSituation) -> int | None:
 
 
 def should_stop(text: str, situation: CursorSituation, multiline: bool) -> bool:
+    if loop_start(text) is not None:
+        return True  # a degenerate loop never ends by itself
     if not multiline:
         return first_line_done(text)
     return block_end(text, situation) is not None or "\n\n\n" in text
+
+
+def loop_start(text: str) -> int | None:
+    """Where a degenerate loop ending the text repeats for the first time (the end of its first
+    copy), None when the text does not end in one."""
+    for size in range(1, min(MAX_LOOP_UNIT, len(text) // LOOP_COPIES) + 1):
+        unit = text[-size:]
+        if not any(ch.isalnum() for ch in unit):
+            continue
+        copies = 1
+        while text.endswith(unit, 0, len(text) - copies * size):
+            copies += 1
+        if copies >= (LOOP_COPIES_SHORT if size <= SHORT_UNIT else LOOP_COPIES):
+            start = len(text) - copies * size
+            while start > 0 and text[start - 1] == text[start - 1 + size]:
+                start -= 1  # the run began earlier, out of phase with the unit ("or or or")
+            return start + size
+    return None
+
+
+def cut_loop(text: str) -> str:
+    """The text up to the end of the first copy of a degenerate loop that ends it."""
+    start = loop_start(text.rstrip())
+    return text if start is None else text[:start]
+
+
+def statement_in_expression(text: str, situation: CursorSituation) -> bool:
+    """Whether the completion's first line starts a statement where the cursor is inside
+    brackets (the syntax tree says so): a block-level line in the middle of an expression."""
+    rule = STATEMENT_IN_BRACKETS.get(situation.language or "")
+    if rule is None or not situation.in_brackets:
+        return False
+    first = text.split("\n", 1)[0].strip() or text.strip().split("\n", 1)[0]
+    return rule.match(first) is not None
 
 
 def remove_suffix_overlap(text: str, line_suffix: str) -> str:
@@ -77,6 +135,9 @@ def drop_repetition(text: str) -> str:
 
 
 def finish(text: str, situation: CursorSituation, multiline: bool) -> str:
+    if statement_in_expression(text, situation):
+        return ""
+    text = cut_loop(text)
     if not situation.line_prefix.strip() and not text.startswith("\n"):
         # The cursor already sits after the indentation; models write a line's indentation
         # themselves, so what they add before the first code would indent it twice.
@@ -93,3 +154,14 @@ def finish(text: str, situation: CursorSituation, multiline: bool) -> str:
         text = cut_unmatched_closer(text, situation.line_prefix)
     text = remove_suffix_overlap(text, situation.line_suffix)
     return text if text.strip() else ""
+
+
+def partial(text: str, situation: CursorSituation, multiline: bool) -> str:
+    """What a decoding still under way has verified, shown up to where it makes sense: the end of
+    its last whole line, else of its last whole word (the next token may continue a word), then
+    trimmed as a finished completion would be."""
+    if not multiline and "\n" in text:
+        return finish(text, situation, multiline)  # the line is done
+    line_start = text.rfind("\n") + 1
+    last = text[line_start:]
+    return finish(text[:line_start] + WORD_TAIL.sub("", last), situation, multiline)

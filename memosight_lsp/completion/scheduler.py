@@ -5,10 +5,17 @@ superseded (a newer request for the same buffer), cancelled by the client, or th
 and the decoder polls it between forward passes so abandoned work ends early. A job cancelled
 before it started resolves to None without running.
 
-Order: control jobs (model loading) first, then requests, then speculative precomputes, each
-first-in first-out. A request whose key equals a live job's key (the same buffer state: an inline
-and a fallback request at one cursor, or the precompute the user just caught up with) joins that
-job instead of starting a new one.
+Order: control jobs (model loading) first, then requests, then speculative precomputes, then
+pre-warms (prefilling a buffer's prompt ahead of its first request), each first-in first-out. A
+request cancels every precompute and pre-warm (they are guesses about what the user does next,
+and must not delay what the user does now); a precompute or pre-warm cancels the older one of its
+kind for the same buffer. A request whose key equals a live job's key (the same buffer state: an
+inline and a fallback request at one cursor, or the precompute the user just caught up with)
+joins that job instead of starting a new one.
+
+A request that has answered early (its first-response deadline) and decodes on for the
+type-through cache calls `demote_current()`: it is a precompute from then on, so the next request
+cancels it like one.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
-JobKind = Literal["control", "request", "precompute"]
-PRIORITY: dict[str, int] = {"control": 0, "request": 1, "precompute": 2}
+JobKind = Literal["control", "request", "precompute", "prewarm"]
+PRIORITY: dict[str, int] = {"control": 0, "request": 1, "precompute": 2, "prewarm": 3}
+SPECULATIVE: tuple[JobKind, ...] = ("precompute", "prewarm")  # what a request cancels
 Work = Callable[[Callable[[], bool]], Any]
 
 
@@ -86,12 +94,12 @@ class Scheduler:
             if joined is not None:
                 return joined
             if kind == "request":
-                # The user did something else: every speculative precompute is now a guess
+                # The user did something else: every precompute and pre-warm is now a guess
                 # about the past, and it must not delay this request.
                 self._cancel_locked(buffer_id, ("request",))
-                self._cancel_precomputes_locked()
-            elif kind == "precompute":
-                self._cancel_locked(buffer_id, ("precompute",))
+                self._cancel_speculative_locked()
+            elif kind in SPECULATIVE:
+                self._cancel_locked(buffer_id, (kind,))
             job = Job(
                 buffer_id=buffer_id,
                 kind=kind,
@@ -116,7 +124,9 @@ class Scheduler:
             return job
         return None
 
-    def cancel_buffer(self, buffer_id: str, kinds: tuple[str, ...] = ("request", "precompute")):
+    def cancel_buffer(
+        self, buffer_id: str, kinds: tuple[str, ...] = ("request", "precompute", "prewarm")
+    ):
         with self._cond:
             self._cancel_locked(buffer_id, kinds)
 
@@ -126,10 +136,18 @@ class Scheduler:
                 job.cancel()
         self._cond.notify_all()
 
-    def _cancel_precomputes_locked(self) -> None:
+    def _cancel_speculative_locked(self) -> None:
         for job in [*self._jobs, self.current]:
-            if job is not None and job.kind == "precompute":
+            if job is not None and job.kind in SPECULATIVE:
                 job.cancel()
+
+    def demote_current(self) -> None:
+        """The running request has answered (its first-response deadline) and goes on decoding
+        for the type-through cache: it becomes a precompute, which the next request cancels.
+        Called from the job itself, on the worker thread."""
+        with self._cond:
+            if self.current is not None and self.current.kind == "request":
+                self.current.kind = "precompute"
 
     def jobs(self, buffer_id: str | None = None) -> list[Job]:
         with self._cond:

@@ -1,9 +1,15 @@
-"""One completion at a cursor: context -> prompt -> decode -> post-process."""
+"""One completion at a cursor: context -> prompt -> decode -> post-process.
+
+Latency (completion/latency.py): a cold prompt is sized to the model's measured prefill rate and
+`first_response_ms`; the prompt's head is pinned per buffer (stable_prompt.py) so a keystroke
+prefills only what follows its edit; `complete` hands what is verified by a deadline to
+`on_partial` and decodes on; `prewarm` prefills a cursor's prompt ahead of the first request.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -14,19 +20,22 @@ from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
-from memosight_lsp.engine.decoder import Decoder, Generation, StopRules
+from memosight_lsp.engine.decoder import Decoder, Generation, StopRules, time_prefill
 from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
 from memosight_lsp.engine.greedy import GreedyDecoder
 from memosight_lsp.engine.loading import LoadedModel, position_limit
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 from memosight_lsp.workspace.files import indexable_text
+from memosight_lsp.workspace.languages import language_for
 
 from . import postprocess
 from .healing import HealingConstraint, VocabularyText
-from .policy import describe_cursor, mid_word_refusal, wants_multiline
+from .latency import LatencyBudget, PrefillRate, latency_budget
+from .policy import CursorSituation, describe_cursor, mid_word_refusal, wants_multiline
 from .positions import split_at
 from .prompt import MARKER_RESERVE, Prompt, build_prompt
-from .syntax import inside_expression
+from .stable_prompt import StablePrompts
+from .syntax import cursor_place
 
 if TYPE_CHECKING:
     from memosight_lsp.workspace import WorkspaceIndex
@@ -34,6 +43,10 @@ if TYPE_CHECKING:
 
 # Tokens of other open buffers indexed for drafting (indexing measured 1.3 us per token, once).
 MAX_DRAFT_BUFFER_TOKENS = 65_536
+RATE_PROBE_TOKENS = 256  # the prefill timed at warm-up for the first rate
+
+# Called on the worker with what a completion still decoding has verified (Completion.text).
+PartialListener = Callable[["Completion"], None]
 
 # The request's defaults are the settings' defaults (config.py), so the two cannot drift.
 _DEFAULTS = Settings()
@@ -51,6 +64,8 @@ class CompletionRequest:
     budget_tokens: int = _DEFAULTS.context.budget_tokens
     multiline: str = _DEFAULTS.completion.multiline
     mid_word: str = _DEFAULTS.completion.mid_word
+    # The deadline of `complete(on_partial=...)` and the cold prompt's latency target (0: none).
+    first_response_ms: int = _DEFAULTS.completion.first_response_ms
     plain: bool = not _DEFAULTS.completion.speculative  # plain greedy decoding, no acceleration
     # KV compression for long prompts; engine/compression_policy.py decides where it runs.
     kv_compression: compression_policy.KvMode = _DEFAULTS.compression.kv_compression
@@ -71,6 +86,7 @@ class CompletionRequest:
             budget_tokens=settings.context.budget_tokens,
             multiline=settings.completion.multiline,
             mid_word=settings.completion.mid_word,
+            first_response_ms=settings.completion.first_response_ms,
             plain=not settings.completion.speculative,
             kv_compression=settings.compression.kv_compression,
             kv_ratio=settings.compression.kv_ratio,
@@ -139,12 +155,33 @@ class CompletionEngine:
         # Token ids of the other open buffers, the `workspace` draft source: (path, hash) -> ids.
         self._buffer_ids: dict[tuple[str, int], list[int]] = {}
         self._buffer_keys: list[tuple[str, int]] = []
+        # Prompt tokens per second, measured by warm_up: without it prompts take the whole
+        # budget (one-shot engines); with it cold prompts follow it (completion/latency.py).
+        self.prefill_rate = PrefillRate()
+        self.stable = StablePrompts()  # per-buffer pinned prompt heads
 
     def warm_up(self, request: CompletionRequest | None = None) -> None:
         """Do now what the decoder would time on its first completion (pass costs, the trunk's
-        row kernels), for prompts the size of `request`'s budget (default settings if None)."""
+        row kernels), for prompts the size of `request`'s budget (default settings if None),
+        and measure the prefill rate that sizes cold prompts."""
         request = request or CompletionRequest(text="", line=0, column=0)
         self.decoder.warm_up(self.loaded.model, self.context_budget(request))
+        self.measure_prefill_rate()
+
+    def measure_prefill_rate(self, tokens: int = RATE_PROBE_TOKENS) -> None:
+        """Time one prefill of `tokens` ids, the first sample of the prefill rate; from then on
+        every prefill of a completion or a pre-warm refines it."""
+        self.prefill_rate.observe(*time_prefill(self.loaded.model, tokens))
+
+    def latency_budget(self, request: CompletionRequest) -> LatencyBudget:
+        """The sizes this request packs and prefills with (completion/latency.py)."""
+        fim = self.loaded.fim
+        return latency_budget(
+            self.context_budget(request),
+            self.prefill_rate.settled,
+            request.first_response_ms,
+            suffix_first=fim is not None and fim.suffix_first,
+        )
 
     @cached_property
     def vocabulary(self) -> VocabularyText:
@@ -164,24 +201,56 @@ class CompletionEngine:
         room = limit - request.max_new_tokens - MARKER_RESERVE
         return max(16, min(request.budget_tokens, room))
 
-    def prepare(self, request: CompletionRequest) -> Prompt:
-        """The prompt at the cursor: ranked workspace context packed into the budget."""
-        budget = self.context_budget(request)
-        packed = build_context(
-            text=request.text,
-            path=request.path,
-            line=request.line,
-            column=request.column,
-            language_id=request.language_id,
-            budget_tokens=budget,
-            count_tokens=self.token_counter,
-            # A huge or binary text is not parsed for ranking: it gets its own lines only.
-            index=request.index if indexable_text(request.text) else None,
-            open_buffers=request.open_buffers,
-            recent_edits=request.recent_edits,
-            rerank=self.chunk_rerank(budget),
-        )
-        return build_prompt(packed, self.loaded.fim)
+    def prepare(
+        self,
+        request: CompletionRequest,
+        *,
+        budget: LatencyBudget | None = None,
+        stable: bool = True,
+    ) -> Prompt:
+        """The prompt at the cursor: ranked workspace context packed into the budget. A buffer's
+        prompt keeps the head it was packed with while it fits (stable_prompt.py); `stable`
+        False packs afresh and leaves the buffer's pinned head alone (a one-off budget)."""
+        budget = budget or self.latency_budget(request)
+        index = request.index if indexable_text(request.text) else None
+        # What the pinned head was packed for: another budget, index, file or other open
+        # buffers (edited elsewhere: their snippets may be stale) packs again. Hashing an
+        # unchanged buffer is free (str caches its hash).
+        others = tuple(sorted((path, hash(text)) for path, text in request.open_buffers.items()))
+        key = (budget.max_prompt_tokens, id(index), request.path, request.language_id, others)
+        buffer = request.buffer_id if stable else None
+        packed = None
+        if buffer is not None:
+            packed = self.stable.context(
+                buffer,
+                key,
+                request.text,
+                request.line,
+                request.column,
+                self.token_counter,
+                max_tokens=budget.max_prompt_tokens,
+                max_suffix=budget.suffix_tokens,
+            )
+        reused = packed is not None
+        if packed is None:
+            packed = build_context(
+                text=request.text,
+                path=request.path,
+                line=request.line,
+                column=request.column,
+                language_id=request.language_id,
+                budget_tokens=budget.prompt_tokens,
+                count_tokens=self.token_counter,
+                # A huge or binary text is not parsed for ranking: it gets its own lines only.
+                index=index,
+                open_buffers=request.open_buffers,
+                recent_edits=request.recent_edits,
+                rerank=self.chunk_rerank(budget.prompt_tokens),
+                max_suffix_tokens=budget.suffix_tokens,
+            )
+            if buffer is not None:
+                self.stable.pin(buffer, key, request.text, request.line, request.column, packed)
+        return build_prompt(packed, self.loaded.fim, budget=budget, stable_head=reused)
 
     def chunk_rerank(self, budget: int) -> Rerank | None:
         """The model as second-stage context ranker, where the policy allows it."""
@@ -193,22 +262,44 @@ class CompletionEngine:
             min_overflow=self.compression.chunk_min_overflow,
         )
 
-    def complete(
-        self, request: CompletionRequest, *, cancelled: Callable[[], bool] | None = None
-    ) -> Completion:
-        started = time.perf_counter()
+    def situation(self, request: CompletionRequest) -> CursorSituation:
+        """The cursor as the policies see it: its line, the block it is in, and what the syntax
+        tree says (in a string, a comment or brackets)."""
         prefix, suffix = split_at(request.text, request.line, request.column)
-        syntax = (
-            inside_expression(prefix, suffix, path=request.path, language_id=request.language_id)
-            if request.multiline == "auto"
+        spec = language_for(request.path, request.language_id)
+        place = (
+            cursor_place(prefix, suffix, path=request.path, language_id=request.language_id)
+            if spec is not None
             else None
         )
-        situation = describe_cursor(prefix, suffix, in_expression=syntax)
+        return describe_cursor(
+            prefix,
+            suffix,
+            in_expression=None if place is None else place != "code",
+            in_brackets=place == "brackets",
+            language=spec.name if spec is not None else None,
+        )
+
+    def complete(
+        self,
+        request: CompletionRequest,
+        *,
+        cancelled: Callable[[], bool] | None = None,
+        deadline: float | None = None,
+        on_partial: PartialListener | None = None,
+    ) -> Completion:
+        """The completion at the request's cursor. With `on_partial`, once time.monotonic()
+        passes `deadline` what is verified so far is handed to it (on this thread, cut at a line
+        or word end: postprocess.partial), and again whenever that changes, while decoding goes
+        on; the Completion returned is the whole one."""
+        started = time.perf_counter()
+        situation = self.situation(request)
         refused = mid_word_refusal(situation, request.mid_word)
         if refused is not None:
             return Completion(text="", reason=refused)
         multiline = wants_multiline(situation, request.multiline)
-        prompt = self.prepare(request)
+        budget = self.latency_budget(request)
+        prompt = self.prepare(request, budget=budget)
         tokenizer = self.loaded.tokenizer
         prompt_ids = tokenizer.encode(prompt.text, add_special_tokens=True)
         healed = prompt.healed
@@ -216,6 +307,11 @@ class CompletionEngine:
         def generated_text(tokens) -> str:
             return tokenizer.decode(list(tokens))[len(healed) :]
 
+        progress = None
+        if on_partial is not None and deadline is not None:
+            progress = self._partial_reporter(
+                deadline, on_partial, generated_text, situation, multiline, len(prompt_ids)
+            )
         rules = StopRules(
             max_new_tokens=request.max_new_tokens,
             stop_token_ids=self.loaded.stop_token_ids,
@@ -223,6 +319,8 @@ class CompletionEngine:
                 generated_text(tokens), situation, multiline
             ),
             cancelled=cancelled,
+            prefill_chunk=budget.prefill_chunk,
+            progress=progress,
         )
         constraint = HealingConstraint(healed, self.vocabulary, tokenizer) if healed else None
         plan = self.plan(request, len(prompt_ids))
@@ -236,6 +334,7 @@ class CompletionEngine:
             allowed_tokens=constraint,
             buffer_id=request.buffer_id,
         )
+        self._observe_prefill(generation)
         raw = generated_text(generation.tokens)
         text = (
             ""
@@ -256,6 +355,80 @@ class CompletionEngine:
             raw=raw,
             stats=self._stats(request, generation, plan, prompt),
         )
+
+    def _partial_reporter(
+        self,
+        deadline: float,
+        on_partial: PartialListener,
+        generated_text: Callable[[Sequence[int]], str],
+        situation: CursorSituation,
+        multiline: bool,
+        prompt_tokens: int,
+    ) -> Callable[[Sequence[int]], None]:
+        """The decoder's progress callback of a request with a deadline: from the deadline on,
+        hands on what is verified whenever it changes (the first time even when empty: the
+        request answers by its deadline whatever it has)."""
+        shown: list[str] = []
+
+        def report(tokens: Sequence[int]) -> None:
+            if time.monotonic() < deadline:
+                return
+            raw = generated_text(tokens)
+            text = postprocess.partial(raw, situation, multiline)
+            if shown and text in ("", shown[0]):
+                return
+            shown[:] = [text]
+            on_partial(
+                Completion(
+                    text=text,
+                    multiline=multiline,
+                    new_tokens=len(tokens),
+                    prompt_tokens=prompt_tokens,
+                    stop_reason="partial",
+                    model=self.loaded.name,
+                    raw=raw,
+                )
+            )
+
+        return report
+
+    def prewarm(
+        self, request: CompletionRequest, *, cancelled: Callable[[], bool] | None = None
+    ) -> dict[str, Any]:
+        """Prefill the prompt a completion at this cursor starts from into the buffer's kept KV
+        cache, decoding nothing: the buffer's next completion prefills only what changed since.
+        Lowest-priority work: `cancelled` stops it between prefill chunks and what was done stays.
+        Memory is the prefix cache's, under its bounds. Returns what it did."""
+        done: dict[str, Any] = {"promptTokens": 0, "prefilledTokens": 0, "cancelled": False}
+        if request.buffer_id is None or request.plain:
+            return done
+        budget = self.latency_budget(request)
+        prompt = self.prepare(request, budget=budget)
+        prompt_ids = self.loaded.tokenizer.encode(prompt.text, add_special_tokens=True)
+        plan = self.plan(request, len(prompt_ids))
+        if self._decoder_for(request, plan) is not self.decoder:
+            return done  # a compressed decoder prefills its own way
+        rules = StopRules(max_new_tokens=0, cancelled=cancelled, prefill_chunk=budget.prefill_chunk)
+        generation = self.decoder.prefill_only(
+            self.loaded.model, prompt_ids, rules, buffer_id=request.buffer_id
+        )
+        self._observe_prefill(generation)
+        reused = generation.stats.get("reusedPromptTokens", 0)
+        cancelled_now = generation.stop_reason == "cancelled"
+        return {
+            "promptTokens": len(prompt_ids),
+            "reusedPromptTokens": reused,
+            "prefilledTokens": 0 if cancelled_now else len(prompt_ids) - reused,
+            "prefillMs": round(generation.prefill_ms, 2),
+            "cancelled": cancelled_now,
+        }
+
+    def _observe_prefill(self, generation: Generation) -> None:
+        """A finished prefill is a sample of the rate, once the rate is being measured."""
+        if self.prefill_rate.settled is None or generation.forward_passes < 1:
+            return
+        prefilled = generation.prompt_tokens - generation.stats.get("reusedPromptTokens", 0)
+        self.prefill_rate.observe(prefilled, generation.prefill_ms)
 
     @staticmethod
     def _stats(
@@ -310,7 +483,8 @@ class CompletionEngine:
         decoder.set_workspace_tokens(list(self._buffer_ids.values()))
 
     def forget(self, buffer_id: str) -> None:
-        """Drop a closed buffer's KV cache and last suggestion from every per-buffer decoder."""
+        """Drop a closed buffer's KV cache, last suggestion and pinned prompt head."""
+        self.stable.forget(buffer_id)
         for decoder in [self.decoder, *(d for _, d in self._compressed.values())]:
             decoder.forget(buffer_id)
 

@@ -6,6 +6,8 @@ header); tree-sitter knows the cursor is in a dictionary, a string, a comment.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from memosight_lsp.workspace.languages import language_for, parser
 
 MAX_PARSE_BYTES = 1_000_000  # beyond this, the text rules decide alone
@@ -51,11 +53,23 @@ BRACKETED = {
 OPENERS = "([{"
 
 
+Place = Literal["string", "comment", "brackets", "code"]
+
+
 def inside_expression(
     prefix: str, suffix: str, *, path: str | None, language_id: str | None
 ) -> bool | None:
     """True when the cursor is in a string, a comment or a bracketed expression it does not
     open; False when it is not; None when the language has no grammar (the text rules decide)."""
+    place = cursor_place(prefix, suffix, path=path, language_id=language_id)
+    return None if place is None else place != "code"
+
+
+def cursor_place(
+    prefix: str, suffix: str, *, path: str | None, language_id: str | None
+) -> Place | None:
+    """Where the cursor is: in a string, a comment, a bracketed expression it does not open, or
+    plain code; None when the language has no grammar."""
     spec = language_for(path, language_id)
     if spec is None:
         return None
@@ -73,21 +87,22 @@ def inside_expression(
     while node is not None:
         inside = node.start_byte < offset < node.end_byte
         if inside and node.type in STRING_OR_COMMENT:
-            return True
+            return "comment" if node.type.endswith("comment") else "string"
         if (
             node.type in STRING_OR_COMMENT
             and node.end_byte == offset
             and node.type.endswith("comment")
         ):
-            return True  # a line comment ends where the line does
+            return "comment"  # a line comment ends where the line does
         if inside and node.type in BRACKETED and last_code not in OPENERS:
-            return True
+            return "brackets"
         node = node.parent
-    return False
+    return "code"
 
 
-def unclosed_on_line(line: str) -> bool:
-    """An open quote, or an open bracket the cursor is not right after, in the line's text."""
+def unclosed_on_line(line: str) -> Place:
+    """An open quote, a comment, or an open bracket the cursor is not right after, in the
+    line's text ("code" when none)."""
     quote = ""
     depth = 0
     for i, ch in enumerate(line):
@@ -97,9 +112,11 @@ def unclosed_on_line(line: str) -> bool:
         elif ch in "\"'`":
             quote = ch
         elif ch == "#" or line.startswith("//", i):
-            return True  # the cursor is in a comment
+            return "comment"  # the cursor is in a comment
         elif ch in OPENERS:
             depth += 1
         elif ch in ")]}":
             depth = max(0, depth - 1)
-    return bool(quote) or (depth > 0 and line.rstrip()[-1:] not in OPENERS)
+    if quote:
+        return "string"
+    return "brackets" if depth > 0 and line.rstrip()[-1:] not in OPENERS else "code"

@@ -1,7 +1,8 @@
 """Pack the ranked code into the token budget and lay the prompt out.
 
 Budget policy (B = budget_tokens, all counted with the caller's `count_tokens`):
-- The suffix (code after the cursor) gets up to B/8 with a workspace index, B/4 without.
+- The suffix (code after the cursor) gets up to B/8 with a workspace index, B/4 without, and at
+  most `max_suffix_tokens` when the caller bounds it (a PSM prompt prefills it at every keystroke).
 - The current file's prefix (lines right above the cursor) gets at least 1/4 of B with an index,
   everything left over without one. Lines nearest the cursor are kept first. Without an index,
   a file longer than that keeps its nearest lines in half of the room and the code above them
@@ -158,9 +159,10 @@ def _prefix_window(
     return start, join_lines(lines[start:line]) + cursor, used
 
 
-def _suffix_window(
+def suffix_window(
     lines: list[str], line: int, column: int, budget: int, counter: TokenCounter
 ) -> tuple[int, str, int]:
+    """(last line, text, tokens) of the longest run of lines from the cursor within budget."""
     rest = lines[line][column:]
     last = len(lines) - 1
     first = rest + ("\n" if line < last else "")
@@ -203,6 +205,7 @@ def build_context(
     open_buffers: Mapping[str, str] = {},  # read-only; the agreed signature
     recent_edits: Sequence[tuple[str, int]] = (),
     rerank: Rerank | None = None,
+    max_suffix_tokens: int | None = None,
 ) -> PackedContext:
     """The prompt halves for a completion at (line, column) — 0-based line, str-index column.
 
@@ -210,6 +213,7 @@ def build_context(
     context. Without an index (or for a language without a grammar) the context is the current
     file alone. `rerank` reorders the structural ranker's best candidates when they overflow.
     A `TokenCounter` given as `count_tokens` keeps its memo of counted lines from call to call.
+    `max_suffix_tokens` bounds the code after the cursor below its share of the budget.
     """
     if budget_tokens <= 0:
         return PackedContext.empty()
@@ -234,8 +238,9 @@ def build_context(
     if index is not None and spec is not None:
         symbols = index.symbols_for_text(path, text, language_id)
     budget = budget_tokens
+    max_suffix = budget if max_suffix_tokens is None else max(0, max_suffix_tokens)
     if symbols is None or spec is None or index is None:
-        _plain(layout, budget, counter)
+        _plain(layout, budget, counter, max_suffix)
     else:
         ranker = Ranker(
             index=index,
@@ -248,7 +253,7 @@ def build_context(
             open_buffers=open_buffers,
             recent_edits=recent_edits,
         )
-        _ranked(layout, budget, counter, ranker, spec, rerank)
+        _ranked(layout, budget, counter, ranker, spec, rerank, max_suffix)
     prefix, tokens = _fit(layout, budget, counter)
     return PackedContext(
         prefix=prefix,
@@ -259,10 +264,10 @@ def build_context(
     )
 
 
-def _plain(layout: _Layout, budget: int, counter: TokenCounter) -> None:
+def _plain(layout: _Layout, budget: int, counter: TokenCounter, max_suffix: int) -> None:
     lines, line, column = layout.lines, layout.line, layout.column
-    layout.suffix_end, layout.suffix_text, suffix_used = _suffix_window(
-        lines, line, column, int(budget * SUFFIX_SHARE_PLAIN), counter
+    layout.suffix_end, layout.suffix_text, suffix_used = suffix_window(
+        lines, line, column, min(int(budget * SUFFIX_SHARE_PLAIN), max_suffix), counter
     )
     room = budget - suffix_used - counter.piece(layout.marker)
     start, text, _ = _prefix_window(lines, line, column, room, counter)
@@ -280,11 +285,12 @@ def _ranked(
     counter: TokenCounter,
     ranker: Ranker,
     spec: LanguageSpec,
-    rerank: Rerank | None = None,
+    rerank: Rerank | None,
+    max_suffix: int,
 ) -> None:
     lines, line, column = layout.lines, layout.line, layout.column
-    layout.suffix_end, layout.suffix_text, suffix_used = _suffix_window(
-        lines, line, column, int(budget * SUFFIX_SHARE_INDEXED), counter
+    layout.suffix_end, layout.suffix_text, suffix_used = suffix_window(
+        lines, line, column, min(int(budget * SUFFIX_SHARE_INDEXED), max_suffix), counter
     )
     marker = counter.piece(layout.marker)
     start, _, window_used = _prefix_window(

@@ -2,13 +2,15 @@
 accepts drafted tokens, and the Decoder base that runs a call.
 
 A decoder is a Decoder with one method, generate(run). It takes a cache from the run (which
-starts the clock), prefills the prompt, calls run.prefilled(), then steps with
-run.take_next(logits) until that gives None; drafting decoders verify a draft in one pass and
-keep what run.accept(tree, scores) walks. The base builds the Generation, times prefill and
+starts the clock), prefills the prompt through run.prefill (in chunks that poll for
+cancellation, when the rules ask for chunks), then steps with run.take_next(logits) until that
+gives None; drafting decoders verify a draft in one pass and keep what run.accept(tree, scores)
+walks. The base builds the Generation, times prefill and
 decode, and keeps the cache a per-buffer decoder hands to run.keep() for that buffer's next
-call (PrefixCache). What CompletionEngine calls on any decoder (warm_up, set_workspace_tokens,
-forget, describe) is declared here, with defaults for decoders that time, draft or keep nothing
-more.
+call (PrefixCache); a cancelled prefill keeps what it has prefilled, and prefill_only fills a
+buffer's cache without decoding (pre-warm). What CompletionEngine calls on any decoder (warm_up,
+set_workspace_tokens, prefill_only, forget, describe) is declared here, with defaults for
+decoders that time, draft or keep nothing more.
 """
 
 from __future__ import annotations
@@ -17,17 +19,19 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 from transformers import DynamicCache
 
 from .drafters import DraftTree
+from .fused_trunk import prepare_trunk
 from .kv_cache import new_cache
 from .prefix_cache import PrefixCache
 
 # Tokens allowed next, given the tokens generated so far; None means any token.
 AllowedTokens = Callable[[Sequence[int]], Sequence[int] | None]
+T = TypeVar("T")
 
 
 @dataclass(kw_only=True)
@@ -38,6 +42,12 @@ class StopRules:
     should_stop: Callable[[Sequence[int]], bool] | None = None
     # Polled between forward passes; True abandons the generation (superseded request).
     cancelled: Callable[[], bool] | None = None
+    # Prompt tokens per prefill pass (0: the whole prompt in one): `cancelled` is polled between
+    # the chunks, so a keystroke during a long prefill does not wait for all of it.
+    prefill_chunk: int = 0
+    # Called after every forward pass (prefill chunks too) with the new tokens so far: a caller
+    # with a deadline answers from it while decoding goes on.
+    progress: Callable[[Sequence[int]], None] | None = None
 
 
 @dataclass(kw_only=True)
@@ -137,6 +147,8 @@ class Run:
         self._prefix_cache = prefix_cache
         self._started = self._prefilled = 0.0
         self._kept: tuple[list[int], DynamicCache, Any] | None = None
+        self.attached: Any = None  # what the buffer's cache came with (kept again if cancelled)
+        self._reuses = False  # the cache came from take_cache (a decoder that reuses caches)
 
     def attachment(self) -> Any:
         """What this decoder attached to the buffer's cache on its last call (see keep)."""
@@ -146,6 +158,8 @@ class Run:
         """Starts the clock. The buffer's cache from its last call and how many prompt tokens it
         holds already (at most all but the last); an empty cache and 0 without one."""
         self._started = time.perf_counter()
+        self.attached = self.attachment()
+        self._reuses = True
         return self._prefix_cache.take(self.buffer_id, self.model, self.prompt_ids)
 
     def new_cache(self) -> DynamicCache:
@@ -159,9 +173,43 @@ class Run:
         self.result.forward_passes = 1
         self.result.prefill_ms = (self._prefilled - self._started) * 1000
 
+    def prefill(
+        self, step: Callable[[Sequence[int]], T], cache: DynamicCache, done: int
+    ) -> T | None:
+        """Feeds prompt_ids[done:] (the cache holds the rest) to `step`, one forward pass over
+        the ids it is given on top of `cache`, in chunks of rules.prefill_chunk; returns the
+        last pass's output and marks the run prefilled. Between chunks it reports progress and
+        polls `cancelled`: cancelled, it keeps the cache of the prompt prefilled so far for the
+        buffer's next call (when it came from take_cache: the work is not lost), records why and
+        returns None."""
+        ids = self.prompt_ids
+        chunk = self.rules.prefill_chunk if self.rules.prefill_chunk > 0 else len(ids)
+        while True:
+            end = len(ids) if len(ids) - done < chunk + chunk // 4 else done + chunk
+            out = step(ids[done:end])
+            done = end
+            if done >= len(ids):
+                break
+            self._report()
+            if self.rules.cancelled is not None and self.rules.cancelled():
+                self.result.stop_reason = "cancelled"
+                self.result.prefill_ms = (time.perf_counter() - self._started) * 1000
+                if self._reuses:
+                    self.keep(list(ids[:done]), cache, self.attached)
+                return None
+        self.prefilled()
+        return out
+
     def take_next(self, logits: torch.Tensor) -> int | None:
         """The greedy next token from logits [V] (see take_next); None once generation ends."""
-        return take_next(logits, self.result, self.rules, self.allowed_tokens)
+        token = take_next(logits, self.result, self.rules, self.allowed_tokens)
+        if token is not None:
+            self._report()
+        return token
+
+    def _report(self) -> None:
+        if self.rules.progress is not None:
+            self.rules.progress(self.result.tokens)
 
     def accept(self, tree: DraftTree, scores: PassScores) -> tuple[list[int], bool]:
         """Walks down the drafted tree while the model's own choice (under allowed_tokens) is a
@@ -196,7 +244,8 @@ class Run:
 
     def finish(self) -> None:
         """Decoding is over: time it, then keep the buffer's cache (outside the timing)."""
-        self.result.decode_ms = (time.perf_counter() - self._prefilled) * 1000
+        if self._prefilled:
+            self.result.decode_ms = (time.perf_counter() - self._prefilled) * 1000
         if self._kept is not None:
             self._prefix_cache.put(self.buffer_id, self.model, *self._kept)
 
@@ -207,6 +256,9 @@ class Decoder(ABC):
 
     # Whether CompletionEngine should hand it the other open buffers' tokens (costs an encode).
     drafts_from_workspace: ClassVar[bool] = False
+    # Whether generate() starts from the buffer's kept cache (run.take_cache), so a prefill
+    # done ahead of time (prefill_only) is reused.
+    reuses_cache: ClassVar[bool] = False
 
     def __init__(self, *, prefix_cache: PrefixCache | None = None) -> None:
         # Per-buffer KV caches, for decoders that take_cache() and keep() them.
@@ -232,6 +284,36 @@ class Decoder(ABC):
         """Decode run.prompt_ids into run.result: take a cache from the run, prefill, call
         run.prefilled(), then step with run.take_next() (and run.accept()) until it ends."""
 
+    def prefill_only(
+        self, model: Any, prompt_ids: Sequence[int], rules: StopRules, *, buffer_id: str
+    ) -> Generation:
+        """Prefill the prompt into the buffer's kept cache and decode nothing (pre-warm), in
+        rules.prefill_chunk chunks, stopping early when `cancelled`: the buffer's next call
+        reuses whatever was prefilled. Only for decoders that reuse_cache for this model;
+        others keep nothing and return at once. Bounded like every kept cache (PrefixCache)."""
+        run = Run(model, prompt_ids, rules, None, buffer_id, self.prefix_cache)
+        if not prompt_ids or not self.reuses_cache_of(model):
+            return run.result
+        trunk = prepare_trunk(model)
+        device = next(model.parameters()).device
+        cache, reused = run.take_cache()
+        run.result.stats = {"reusedPromptTokens": reused}
+
+        def step(ids: Sequence[int]) -> bool:
+            with torch.inference_mode():
+                trunk(torch.tensor([list(ids)], device=device), cache, prefill=True)  # [S, H]
+            return True
+
+        if run.prefill(step, cache, reused):  # None: cancelled, the part done is kept
+            run.keep(list(prompt_ids), cache, run.attached)
+        run.finish()
+        return run.result
+
+    def reuses_cache_of(self, model: Any) -> bool:
+        """Whether generate() reuses the buffer's kept cache for this model (reuses_cache, and
+        the model suits the decoder)."""
+        return self.reuses_cache
+
     def warm_up(self, model: Any, prompt_tokens: int) -> None:
         """Do now what the first call for prompts of about `prompt_tokens` would time on the
         machine, so that no completion waits for it. Nothing, unless a decoder times something."""
@@ -248,3 +330,20 @@ class Decoder(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"prefixCache": self.prefix_cache.stats()}
+
+
+def time_prefill(model: Any, tokens: int) -> tuple[int, float]:
+    """(tokens, ms) of one prefill of `tokens` random ids (fewer where the model has fewer
+    positions) on an empty cache through the decoders' trunk, after an untimed short one: the
+    first sample of the model's prefill rate."""
+    limit = int(getattr(model.config, "max_position_embeddings", 0) or 0) or tokens + 1
+    tokens = max(1, min(tokens, limit - 1))
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, int(model.config.vocab_size), (1, tokens), generator=generator)
+    ids = ids.to(next(model.parameters()).device)
+    trunk = prepare_trunk(model)
+    with torch.inference_mode():
+        trunk(ids[:, : min(16, tokens)], new_cache(model), prefill=True)
+        started = time.perf_counter()
+        trunk(ids, new_cache(model), prefill=True)  # [S, H]
+    return tokens, (time.perf_counter() - started) * 1000

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, kw_only=True)
 class FimFormat:
-    """How a model family spells prefix / suffix / middle (prompts are in PSM order)."""
+    """How a model family spells prefix / suffix / middle, and in which order its prompts go:
+    prefix-suffix-middle (PSM), or suffix-first (SPM) for families trained with both orders.
+    SPM puts the code after the cursor first, so typing at the cursor changes only the prompt's
+    end: a keystroke prefills a few tokens instead of the whole suffix again."""
 
     name: str
     prefix_token: str
@@ -18,11 +21,27 @@ class FimFormat:
     stop_tokens: tuple[str, ...] = ()
     # CodeLlama puts a space after <PRE> and before <MID>; the others concatenate.
     spaced: bool = False
+    # Trained with suffix-first prompts too (StarCoder's and CodeLlama's FIM used both orders).
+    suffix_first: bool = False
 
     def build(self, prefix: str, suffix: str) -> str:
+        """The prompt, in SPM order where the family was trained with it, else PSM."""
+        return (
+            self.build_spm(prefix, suffix) if self.suffix_first else self.build_psm(prefix, suffix)
+        )
+
+    def build_psm(self, prefix: str, suffix: str) -> str:
         if self.spaced:
             return f"{self.prefix_token} {prefix} {self.suffix_token}{suffix} {self.middle_token}"
         return f"{self.prefix_token}{prefix}{self.suffix_token}{suffix}{self.middle_token}"
+
+    def build_spm(self, prefix: str, suffix: str) -> str:
+        """Suffix first, as the families' own code spells it: StarCoder (bigcode Megatron-LM)
+        `<fim_prefix><fim_suffix>{suffix}<fim_middle>{prefix}`, CodeLlama
+        `<PRE> <SUF>{suffix} <MID> {prefix}`."""
+        if self.spaced:
+            return f"{self.prefix_token} {self.suffix_token}{suffix} {self.middle_token} {prefix}"
+        return f"{self.prefix_token}{self.suffix_token}{suffix}{self.middle_token}{prefix}"
 
 
 # The embedded default model is trained with the Qwen2.5-Coder spelling, so it is found like any
@@ -40,6 +59,7 @@ STARCODER = FimFormat(
     suffix_token="<fim_suffix>",
     middle_token="<fim_middle>",
     stop_tokens=("<|endoftext|>", "<fim_pad>", "<file_sep>"),
+    suffix_first=True,
 )
 DEEPSEEK = FimFormat(
     name="deepseek",
@@ -55,6 +75,7 @@ CODELLAMA = FimFormat(
     middle_token="▁<MID>",
     stop_tokens=("▁<EOT>",),
     spaced=True,
+    suffix_first=True,
 )
 CODEGEMMA = FimFormat(
     name="codegemma",

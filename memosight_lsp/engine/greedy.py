@@ -23,9 +23,11 @@ def forward(
     cache: DynamicCache,
     *,
     last_only: bool = False,
+    prefill: bool = False,
 ) -> torch.Tensor:
-    """Run new tokens [1, S] on top of the cache; returns logits [S, V] ([1, V] if last_only)."""
-    hidden = trunk(input_ids, cache)  # [S, H]
+    """Run new tokens [1, S] on top of the cache; returns logits [S, V] ([1, V] if last_only).
+    `prefill`: prompt tokens (see HFTrunk.__call__)."""
+    hidden = trunk(input_ids, cache, prefill=prefill)  # [S, H]
     return trunk.logits(hidden[-1:] if last_only else hidden)
 
 
@@ -36,9 +38,14 @@ class GreedyDecoder(Decoder):
         trunk = prepare_trunk(run.model)
         device = next(run.model.parameters()).device
         cache = run.new_cache()
-        prompt = torch.tensor([list(run.prompt_ids)], device=device)  # [1, S]
-        logits = forward(trunk, prompt, cache, last_only=True)[-1]  # [V]
-        run.prefilled()
+
+        def step(ids: Sequence[int]) -> torch.Tensor:
+            prompt = torch.tensor([list(ids)], device=device)  # [1, S]
+            return forward(trunk, prompt, cache, last_only=True, prefill=True)[-1]  # [V]
+
+        logits = run.prefill(step, cache, 0)
+        if logits is None:  # cancelled while prefilling
+            return
         while (token := run.take_next(logits)) is not None:
             logits = forward(trunk, torch.tensor([[token]], device=device), cache)[-1]  # [V]
             run.result.forward_passes += 1

@@ -69,7 +69,7 @@ class ModelRunner:
     def prefill(self, ids: Sequence[int], cache: DynamicCache) -> tuple[torch.Tensor, torch.Tensor]:
         """Hidden state [H] and logits [V] of the last of `ids`, appended to the cache."""
         input_ids = torch.tensor([list(ids)], device=self.device)  # [1, S]
-        last = self.trunk(input_ids, cache)[-1:]  # [1, H]
+        last = self.trunk(input_ids, cache, prefill=True)[-1:]  # [1, H]
         return last[0], self.trunk.logits(last)[0]
 
     @torch.inference_mode()
@@ -185,6 +185,7 @@ class SpeculativeDecoder(Decoder):
     """
 
     drafts_from_workspace = True
+    reuses_cache = True
 
     def __init__(
         self,
@@ -249,6 +250,9 @@ class SpeculativeDecoder(Decoder):
     def warm_up(self, model: Any, prompt_tokens: int) -> None:
         self.cost(model, prompt_tokens)
 
+    def reuses_cache_of(self, model: Any) -> bool:
+        return self.runner(model).supported  # others decode plain greedy, on a fresh cache
+
     def generate(self, run: Run) -> None:
         model, prompt_ids, rules, result = run.model, run.prompt_ids, run.rules, run.result
         runner = self.runner(model)
@@ -258,8 +262,11 @@ class SpeculativeDecoder(Decoder):
         cost = self.cost(model, len(prompt_ids))
         previous: TokenIndex | None = run.attachment()  # the buffer's last suggestion
         cache, reused = run.take_cache()
-        hidden, logits = runner.prefill(prompt_ids[reused:], cache)
-        run.prefilled()
+        prefilled = run.prefill(lambda ids: runner.prefill(ids, cache), cache, reused)
+        if prefilled is None:  # cancelled while prefilling: the part done is kept
+            result.stats = {"speculative": True, "reusedPromptTokens": reused}
+            return
+        hidden, logits = prefilled
         context = TokenIndex(prompt_ids) if "prompt" in self.sources else None
         committed = list(prompt_ids)  # ids whose keys/values are in the cache
         drafted = accepted_total = 0

@@ -1,5 +1,10 @@
 """One completion request, end to end: policy checks, type-through cache, the model worker,
-stale-result dropping and the speculative precompute of the next completion.
+stale-result dropping, the first-response deadline, the speculative precompute of the next
+completion and the pre-warm of a buffer's prompt.
+
+A request with type-through on answers by `completion.firstResponseMs` with what the model has
+verified so far; the model decodes on (as a precompute: the next request cancels it) and each
+longer text replaces the suggestion in the type-through cache, so the next keystroke gets it.
 
 Handlers call `CompletionFlow.complete`; it never raises for bad input, it answers with an empty
 `Outcome` carrying the reason instead. `CompletionFlow.refusal` is the one answer to "why no
@@ -11,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from lsprotocol import types
@@ -19,7 +25,7 @@ from pygls.workspace import TextDocument
 
 from memosight_lsp.completion.lookahead import LookaheadCache, LookaheadEntry
 from memosight_lsp.completion.policy import describe_cursor, mid_word_refusal
-from memosight_lsp.completion.scheduler import Scheduler
+from memosight_lsp.completion.scheduler import Job, Scheduler
 from memosight_lsp.completion.service import Completion, CompletionRequest
 from memosight_lsp.config import Settings
 from memosight_lsp.workspace import WorkspaceIndex
@@ -45,7 +51,7 @@ class Outcome:
     text: str = ""
     reason: str | None = None
     position: types.Position | None = None  # the cursor, in client units
-    source: str = "none"  # model | typeThrough | precompute | none
+    source: str = "none"  # model | partial (by the deadline) | typeThrough | precompute | none
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +100,10 @@ class CompletionFlow:
         self._precompute_bases: dict[str, LookaheadEntry] = {}
         # buffer -> key of a state the precompute found nothing for: answered empty at once.
         self._known_empty: dict[str, tuple] = {}
+        # State key -> the early answer of the model job for it (a joining request shares it).
+        self._early: dict[Hashable, Future] = {}
+        # buffer -> the request decoding on after its early answer (no precompute meanwhile).
+        self._continuing: dict[str, Job] = {}
         self.generation = 0  # bumped on settings changes: cached work from older settings is unused
 
     # -- documents --------------------------------------------------------------------------
@@ -135,6 +145,7 @@ class CompletionFlow:
         self._index.pop(uri, None)
         self._precompute_bases.pop(uri, None)
         self._known_empty.pop(uri, None)
+        self._continuing.pop(uri, None)
         if self.host.engine is not None:
             self.host.engine.forget(uri)
 
@@ -224,6 +235,7 @@ class CompletionFlow:
         return window, request
 
     async def _from_model(self, cursor: Cursor, settings: Settings) -> Outcome:
+        arrived = time.monotonic()
         self.host.ensure(settings.model)
         reason = self._unanswerable(cursor, settings)
         if reason is not None:
@@ -233,18 +245,31 @@ class CompletionFlow:
         if self._known_empty.get(cursor.uri) == key:
             return Outcome(reason="the model suggested nothing here", position=cursor.position)
         entry_base = (cursor.text[: cursor.offset], cursor.text[cursor.offset :])
+        completion_settings = settings.completion
+        deadline = None
+        if completion_settings.type_through and completion_settings.first_response_ms > 0:
+            delay = completion_settings.debounce_ms + completion_settings.first_response_ms
+            deadline = arrived + delay / 1000
+        early: Future = self._early.setdefault(key, Future())
         job = self.scheduler.submit(
             cursor.uri,
-            lambda cancelled: self._run_model(request, entry_base, cancelled, "modelCalls"),
+            lambda cancelled: self._run_model(
+                request, entry_base, cancelled, "modelCalls", deadline=deadline, early=early
+            ),
             key=key,
-            delay_s=settings.completion.debounce_ms / 1000,
+            delay_s=completion_settings.debounce_ms / 1000,
         )
+        job.future.add_done_callback(lambda _: self._early.pop(key, None))
         try:
-            completion = await asyncio.wrap_future(job.future)
+            await asyncio.wait(
+                {asyncio.wrap_future(job.future), asyncio.wrap_future(early)},
+                return_when=asyncio.FIRST_COMPLETED,
+            )
         except asyncio.CancelledError:
             job.release()
             self.stats.count("cancelled")
             raise
+        completion = job.future.result() if job.future.done() else early.result()
         if completion is None:  # the model failed meanwhile, or a newer request took over
             reason = self.refusal(cursor, settings)
             if reason is not None:
@@ -255,9 +280,37 @@ class CompletionFlow:
         if current is not None and current != cursor.version:
             self.stats.count("dropped")
             return Outcome(reason="the document changed meanwhile", position=cursor.position)
+        if completion.stop_reason == "partial":
+            self.stats.count("partialAnswers")
+            self._continue_after(job, cursor, settings)
+            reason = completion.reason or (None if completion.text else "still decoding")
+            return Outcome(
+                text=completion.text, reason=reason, position=cursor.position, source="partial"
+            )
         return Outcome(
             text=completion.text, reason=completion.reason, position=cursor.position, source="model"
         )
+
+    def _continue_after(self, job: Job, cursor: Cursor, settings: Settings) -> None:
+        """The request answered early and decodes on: no precompute for this buffer until it
+        ends; then the one that follows its whole suggestion, while the document still agrees."""
+        self._continuing[cursor.uri] = job
+
+        def ended(future: Future) -> None:
+            if self._continuing.get(cursor.uri) is job:
+                del self._continuing[cursor.uri]
+            completion = None if future.cancelled() or future.exception() else future.result()
+            if completion is None or not completion.text:
+                return
+            base = (cursor.text[: cursor.offset], cursor.text[cursor.offset :])
+            if any(
+                (e.before, e.after, e.ghost) == (*base, completion.text)
+                for e in self.lookahead.entries(cursor.uri)
+            ):
+                self._maybe_precompute(cursor, completion.text, settings)
+
+        loop = asyncio.get_running_loop()
+        job.future.add_done_callback(lambda future: loop.call_soon_threadsafe(ended, future))
 
     def _run_model(
         self,
@@ -268,21 +321,24 @@ class CompletionFlow:
         *,
         ghost_prefix: str = "",
         key: tuple | None = None,
+        deadline: float | None = None,
+        early: Future | None = None,
     ) -> Completion | None:
-        """On the worker: one model completion, remembered for type-through."""
+        """On the worker: one model completion, remembered for type-through. With a deadline,
+        what is verified by then answers the request (`early`) and each longer text after it
+        replaces the suggestion in the type-through cache while decoding goes on."""
         engine = self.host.engine
         if engine is None:
             return None
         self.stats.count(counter)
-        completion = engine.complete(request, cancelled=cancelled)
-        kv_counter = _KV_COUNTERS.get(completion.stats.get("kvCompression", "off"))
-        if kv_counter is not None:
-            self.stats.count(kv_counter)
-        if completion.text:
-            self.stats.tokens(completion.new_tokens)
-            before, after = base
+        buffer_id = request.buffer_id or ""
+        before, after = base
+
+        def remember(completion: Completion) -> None:
+            if not completion.text:
+                return
             self.lookahead.put(
-                request.buffer_id or "",
+                buffer_id,
                 LookaheadEntry(
                     before=before,
                     after=after,
@@ -292,11 +348,87 @@ class CompletionFlow:
                     source="precompute" if ghost_prefix else "model",
                 ),
             )
+
+        def on_partial(partial: Completion) -> None:
+            remember(partial)
+            if early is not None and not early.done():
+                self.scheduler.demote_current()  # answered: the next request cancels it
+                early.set_result(partial)
+
+        completion = engine.complete(
+            request,
+            cancelled=cancelled,
+            deadline=deadline,
+            on_partial=on_partial if early is not None and deadline is not None else None,
+        )
+        log.debug(
+            "%s: %d prompt tokens (%d reused), prefill %.0f ms, decode %.0f ms, %d tokens, "
+            "%.0f ms in all, %s",
+            counter,
+            completion.prompt_tokens,
+            completion.stats.get("reusedPromptTokens", 0),
+            completion.prefill_ms,
+            completion.decode_ms,
+            completion.new_tokens,
+            completion.total_ms,
+            completion.stop_reason,
+        )
+        kv_counter = _KV_COUNTERS.get(completion.stats.get("kvCompression", "off"))
+        if kv_counter is not None:
+            self.stats.count(kv_counter)
+        if completion.text:
+            self.stats.tokens(completion.new_tokens)
+            remember(completion)
         elif key is not None and completion.stop_reason != "cancelled":
-            self._known_empty[request.buffer_id or ""] = key
+            self._known_empty[buffer_id] = key
         if counter == "modelCalls":
             self._on_model_result(completion)
         return completion
+
+    def latency_report(self) -> dict | None:
+        """How this server sizes prompts now (memosight/stats): the cold prompt, the suffix and
+        prefill chunks for the current settings, the measured prefill rate, the pinned heads."""
+        engine = self.host.engine
+        if engine is None:
+            return None
+        settings = self._settings()
+        request = CompletionRequest.from_settings(settings, text="", line=0, column=0)
+        return {
+            "firstResponseMs": settings.completion.first_response_ms,
+            **engine.latency_budget(request).describe(),
+            "prefillRate": engine.prefill_rate.describe(),
+            "stablePrompts": engine.stable.stats(),
+        }
+
+    # -- pre-warm ---------------------------------------------------------------------------
+
+    def prewarm(self, doc: TextDocument, position: types.Position | None = None) -> None:
+        """Prefill the prompt at this cursor (None: the end of the document, a guess for a
+        buffer just opened) in the background, at the lowest priority: any request cancels
+        it, and whatever it prefilled is reused by the buffer's next completion."""
+        settings = self._settings()
+        if not settings.enable or not settings.completion.speculative:
+            return
+        if position is None:
+            index = self.line_index(doc)
+            position = index.position_at(doc.position_codec, len(index.text))
+        cursor = self.cursor(doc, position)
+        if self.refusal(cursor, settings) is not None:
+            return
+        _, request = self.request_for(cursor.text, cursor.offset, cursor, settings)
+        key = ("prewarm", cursor.offset, len(cursor.text), hash(cursor.text), self.generation)
+
+        def work(cancelled: Callable[[], bool]) -> dict | None:
+            engine = self.host.engine
+            if engine is None:
+                return None
+            self.stats.count("prewarms")
+            done = engine.prewarm(request, cancelled=cancelled)
+            log.debug("prewarm: %s", done)
+            self.stats.count("prewarmedTokens", done.get("prefilledTokens", 0))
+            return done
+
+        self.scheduler.submit(cursor.uri, work, kind="prewarm", key=key)
 
     def _maybe_precompute(self, cursor: Cursor, shown: str, settings: Settings) -> None:
         """Start computing the completion that follows `shown` once it is accepted."""
@@ -304,6 +436,9 @@ class CompletionFlow:
             return
         if self.host.engine is None:
             return
+        continuing = self._continuing.get(cursor.uri)
+        if continuing is not None and continuing.live:
+            return  # it is still extending this suggestion: it precomputes when it ends
         before, after = cursor.text[: cursor.offset], cursor.text[cursor.offset :]
         base = LookaheadEntry(before=before, after=after, ghost=shown)
         if self._precompute_bases.get(cursor.uri) == base:

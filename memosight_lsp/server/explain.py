@@ -41,15 +41,16 @@ async def explain(
     if reason is not None and ls.host.state == "error":
         return {**empty, "reason": reason}
     window, request = ls.flow.request_for(cursor.text, cursor.offset, cursor, settings)
-    if budget is not None:
-        request = replace(request, budget_tokens=budget)
+    if budget is not None:  # exactly this budget: no latency sizing, no pinned head
+        request = replace(request, budget_tokens=budget, first_response_ms=0)
 
     def prepare(cancelled) -> tuple[Prompt, int] | None:
         engine = ls.host.engine
         if engine is None:
             return None
-        # The very prepare() a completion runs: same index, buffers, edits and budget.
-        prompt = engine.prepare(request)
+        # The very prepare() a completion runs: same index, buffers, edits and budget (a budget
+        # of its own packs afresh and leaves the buffer's pinned head alone).
+        prompt = engine.prepare(request, stable=budget is None)
         return prompt, engine.count_tokens(prompt.text)
 
     job = ls.scheduler.submit(f"{uri}#context", prepare)
@@ -78,6 +79,12 @@ async def explain(
         "snippets": [mapper.snippet(s) for s in prompt.context.snippets],
         "prompt": prompt.text,
         "reason": reason,
+        # The sizes it was packed with (completion/latency.py) and whether it was built on the
+        # buffer's pinned head (completion/stable_prompt.py).
+        "budget": {
+            **(prompt.budget.describe() if prompt.budget else {}),
+            "stableHead": prompt.stable_head,
+        },
     }
 
 

@@ -58,6 +58,7 @@ def register(server: MemoSightServer) -> None:
         doc = ls.document(params.text_document.uri)
         if doc is not None:
             ls.indexes.opened(file_path(doc.uri, doc.path), doc.source, doc.language_id)
+            ls.flow.prewarm(doc)  # the cursor is unknown: its end (memosight/cursor tells)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: MemoSightServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -133,10 +134,24 @@ def register(server: MemoSightServer) -> None:
         ls.send_status()
         return completion_list(task.result())
 
+    @server.feature("memosight/cursor")
+    def cursor(ls: MemoSightServer, params: Any) -> None:
+        """A client's hint that the cursor rests here (a buffer focused, the cursor moved):
+        the prompt there is prefilled in the background."""
+        try:
+            uri, position = position_param(plain(params))
+        except JsonRpcInvalidParams as err:
+            log.info("memosight/cursor: %s", err)
+            return
+        doc = ls.document(uri)
+        if doc is not None:
+            ls.flow.prewarm(doc, position)
+
     @server.feature("memosight/stats")
     def stats(ls: MemoSightServer, params: Any) -> dict[str, Any]:
         return {
             **ls.stats.snapshot(),
+            "latency": ls.flow.latency_report(),
             "state": ls.status()["state"],
             "model": ls.host.model_name,
             "modelMessage": ls.host.message,

@@ -31,6 +31,9 @@ class ServerStats:
         "errors",
         "losslessDraftCalls",  # model calls decoded with settings.compression's KV modes
         "lossySnapkvCalls",
+        "partialAnswers",  # answered by the first-response deadline, decoding went on
+        "prewarms",  # prompts prefilled ahead of a request (pre-warm jobs run)
+        "prewarmedTokens",
     )
 
     def __init__(self) -> None:

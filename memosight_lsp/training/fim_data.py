@@ -75,4 +75,4 @@ def make_documents(
         start = max(start, len(path_marker(relpath)))
         end = max(end, start)
         prefix, middle, suffix = chunk[:start], chunk[start:end], chunk[end:]
-        yield fim.build(prefix, suffix) + middle + END_OF_TEXT
+        yield fim.build_psm(prefix, suffix) + middle + END_OF_TEXT

@@ -97,7 +97,7 @@ def long_document(
         return before + marker + _ended(last.text) + END_OF_TEXT
     start, end = choose_middle(last.text, rng, settings)
     prefix = before + marker + last.text[:start]
-    return fim.build(prefix, last.text[end:]) + last.text[start:end] + END_OF_TEXT
+    return fim.build_psm(prefix, last.text[end:]) + last.text[start:end] + END_OF_TEXT
 
 
 def _ended(text: str) -> str:

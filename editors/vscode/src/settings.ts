@@ -26,6 +26,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'completion.speculative', default: true },
   { key: 'completion.typeThrough', default: true },
   { key: 'completion.precomputeNext', default: true },
+  { key: 'completion.firstResponseMs', default: 300 },
   { key: 'context.budgetTokens', default: 1024 },
   { key: 'context.crossFile', default: true },
   { key: 'compression.kvCompression', default: 'off' },

@@ -68,6 +68,7 @@ M.settings_schema = {
     speculative = "boolean",
     typeThrough = "boolean",
     precomputeNext = "boolean",
+    firstResponseMs = "number",
   },
   context = { budgetTokens = "number", crossFile = "boolean" },
   compression = {
