@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from memosight_lsp.config import Settings
-from memosight_lsp.context import Rerank, build_context
+from memosight_lsp.context import PackedContext, Rerank, build_context
 from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
@@ -21,7 +21,7 @@ from memosight_lsp.workspace.files import indexable_text
 
 from . import postprocess
 from .healing import HealingConstraint, VocabularyText
-from .policy import describe_cursor, mid_word_refusal, wants_multiline
+from .policy import CursorSituation, describe_cursor, mid_word_refusal, wants_multiline
 from .positions import split_at
 from .prompt import MARKER_RESERVE, Prompt, build_prompt
 from .syntax import inside_expression
@@ -111,6 +111,52 @@ class Completion:
 Decoder = Callable[..., Generation]
 
 
+@dataclass(frozen=True)
+class CursorPlan:
+    situation: CursorSituation
+    multiline: bool  # a block is wanted here, not one line
+    refused: str | None  # why not to complete here (None: go on)
+
+
+def plan_cursor(request: CompletionRequest) -> CursorPlan:
+    """What the cursor is in and what kind of completion it wants: the same for every engine."""
+    prefix, suffix = split_at(request.text, request.line, request.column)
+    syntax = (
+        inside_expression(prefix, suffix, path=request.path, language_id=request.language_id)
+        if request.multiline == "auto"
+        else None
+    )
+    situation = describe_cursor(prefix, suffix, in_expression=syntax)
+    return CursorPlan(
+        situation=situation,
+        multiline=wants_multiline(situation, request.multiline),
+        refused=mid_word_refusal(situation, request.mid_word),
+    )
+
+
+def pack_context(
+    request: CompletionRequest,
+    budget: int,
+    count_tokens: Callable[[str], int],
+    rerank: Rerank | None = None,
+) -> PackedContext:
+    """The ranked workspace context at the request's cursor, packed into `budget` tokens."""
+    return build_context(
+        text=request.text,
+        path=request.path,
+        line=request.line,
+        column=request.column,
+        language_id=request.language_id,
+        budget_tokens=budget,
+        count_tokens=count_tokens,
+        # A huge or binary text is not parsed for ranking: it gets its own lines only.
+        index=request.index if indexable_text(request.text) else None,
+        open_buffers=request.open_buffers,
+        recent_edits=request.recent_edits,
+        rerank=rerank,
+    )
+
+
 class CompletionEngine:
     """Completes at a cursor with one loaded model. Not thread-safe: one worker calls it."""
 
@@ -164,20 +210,7 @@ class CompletionEngine:
     def prepare(self, request: CompletionRequest) -> Prompt:
         """The prompt at the cursor: ranked workspace context packed into the budget."""
         budget = self.context_budget(request)
-        packed = build_context(
-            text=request.text,
-            path=request.path,
-            line=request.line,
-            column=request.column,
-            language_id=request.language_id,
-            budget_tokens=budget,
-            count_tokens=self.count_tokens,
-            # A huge or binary text is not parsed for ranking: it gets its own lines only.
-            index=request.index if indexable_text(request.text) else None,
-            open_buffers=request.open_buffers,
-            recent_edits=request.recent_edits,
-            rerank=self.chunk_rerank(budget),
-        )
+        packed = pack_context(request, budget, self.count_tokens, self.chunk_rerank(budget))
         return build_prompt(packed, self.loaded.fim)
 
     def chunk_rerank(self, budget: int) -> Rerank | None:
@@ -194,17 +227,10 @@ class CompletionEngine:
         self, request: CompletionRequest, *, cancelled: Callable[[], bool] | None = None
     ) -> Completion:
         started = time.perf_counter()
-        prefix, suffix = split_at(request.text, request.line, request.column)
-        syntax = (
-            inside_expression(prefix, suffix, path=request.path, language_id=request.language_id)
-            if request.multiline == "auto"
-            else None
-        )
-        situation = describe_cursor(prefix, suffix, in_expression=syntax)
-        refused = mid_word_refusal(situation, request.mid_word)
-        if refused is not None:
-            return Completion(text="", reason=refused)
-        multiline = wants_multiline(situation, request.multiline)
+        cursor = plan_cursor(request)
+        if cursor.refused is not None:
+            return Completion(text="", reason=cursor.refused)
+        situation, multiline = cursor.situation, cursor.multiline
         prompt = self.prepare(request)
         tokenizer = self.loaded.tokenizer
         prompt_ids = tokenizer.encode(prompt.text, add_special_tokens=True)
