@@ -158,7 +158,9 @@ def test_cancelling_closes_the_stream_at_once():
 
 def test_enough_text_closes_the_stream_without_waiting_for_the_rest():
     def completions(handler: Handler, body) -> None:
-        handler.stream(sse(chunk(" 1"), chunk("\n"), *(chunk(" x") for _ in range(100))), delay_s=0.02)
+        handler.stream(
+            sse(chunk(" 1"), chunk("\n"), *(chunk(" x") for _ in range(100))), delay_s=0.02
+        )
 
     routes = {("GET", "/v1/models"): models, ("POST", "/v1/completions"): completions}
     with FakeEngine(routes) as engine:

@@ -13,13 +13,14 @@ BENCHMARKS = {
     "latency": "latency",
     "compress": "compress",
     "model": "model_quality",
+    "engines": "engines",
 }
 
 
 def register(sub) -> None:
     parser = sub.add_parser(
         "bench",
-        help="run a benchmark (speed, context, indexing, latency, compress, model)",
+        help="run a benchmark (speed, context, indexing, latency, compress, model, engines)",
         description=__doc__,
     )
     parser.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
