@@ -19,7 +19,7 @@ from memosight_lsp.backends import (
 )
 from memosight_lsp.backends import http as engine_http
 from memosight_lsp.backends.openai import OpenAIBackend
-from memosight_lsp.completion.remote import RemoteCompletionEngine
+from memosight_lsp.completion.remote import NOT_THE_WORD, RemoteCompletionEngine
 from memosight_lsp.completion.service import CompletionRequest
 
 MODELS = {"object": "list", "data": [{"id": "tiny", "max_model_len": 2048}]}
@@ -217,7 +217,7 @@ def test_an_engine_down_answers_empty_at_once_with_one_status_and_recovers():
     assert healths == [(False, healths[0][1])]  # one status message, not one per request
 
     def completions(handler: Handler, body) -> None:
-        handler.stream(sse(chunk("a + b"), chunk("\n", "stop"), "[DONE]"))
+        handler.stream(sse(chunk(" a + b"), chunk("\n", "stop"), "[DONE]"))
 
     routes = {("GET", "/v1/models"): models, ("POST", "/v1/completions"): completions}
     with FakeEngine(routes, port=port):  # the engine is back, on the same port
@@ -244,3 +244,21 @@ def test_a_slow_engine_is_not_marked_down():
     assert answer.text == "" and answer.stop_reason == "deadline"
     assert "model.timeoutMs" in (answer.reason or "")
     assert healths == [True]  # it answered the probe: slow, not down
+
+
+def test_a_partial_word_is_healed_by_the_model_or_the_answer_dropped():
+    answers = iter([" TypeError(msg)\n", " ValueError(msg)\n"])
+
+    def completions(handler: Handler, body) -> None:
+        handler.stream(sse(chunk(next(answers)), chunk("", "stop"), "[DONE]"))
+
+    routes = {("GET", "/v1/models"): models, ("POST", "/v1/completions"): completions}
+    with FakeEngine(routes) as engine:
+        remote = RemoteCompletionEngine(OpenAIBackend(engine.url), timeout_s=2)
+        request = CompletionRequest(text="def f(msg):\n    raise TypeErr\n", line=1, column=17)
+        healed = remote.complete(request)
+        diverged = remote.complete(request)
+        prompts = [body["prompt"] for body in engine.bodies("/v1/completions")]
+    assert prompts[0].endswith("    raise")  # " TypeErr" backed off: the model writes it again
+    assert healed.text == "or(msg)"
+    assert diverged.text == "" and diverged.reason == NOT_THE_WORD

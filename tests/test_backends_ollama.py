@@ -44,7 +44,7 @@ def show(vocabulary: list[str] | None = None, capabilities=("completion",)) -> d
 
 
 ANSWER = [
-    {"model": "m", "response": "a", "done": False},
+    {"model": "m", "response": " a", "done": False},
     {"model": "m", "response": " + b", "done": False},
     {
         "model": "m",
@@ -88,7 +88,7 @@ def test_fim_tokens_in_the_vocabulary_give_our_prompt_raw():
     assert "suffix" not in sent
     assert sent["options"]["temperature"] == 0 and sent["options"]["num_predict"] == 16
     assert "<|endoftext|>" in sent["options"]["stop"]
-    assert result.text == "a + b" and result.finish == "stop"
+    assert result.text == " a + b" and result.finish == "stop"
     assert result.prefilled_tokens == 12 and result.completion_tokens == 3
     assert result.extra == {"promptMs": 40.0, "decodeMs": 30.0}
 
@@ -137,4 +137,5 @@ def test_a_completion_through_ollama_is_post_processed_like_any_other():
     assert completion.text == "a + b"
     assert completion.model == "qwen2.5-coder:0.5b"
     assert completion.stats["engine"]["prefilledTokens"] == 12
-    assert sent["prompt"].endswith("<|fim_suffix|>\n<|fim_middle|>")
+    # The blank before the cursor is backed off (token healing) and written by the model.
+    assert sent["prompt"].endswith("return<|fim_suffix|>\n<|fim_middle|>")

@@ -73,8 +73,9 @@ class LlamaCppBackend:
             raise http.EngineError(f"{self.url}/props: not a JSON object", "malformed")
         settings = props.get("default_generation_settings") or {}
         context = _int(settings.get("n_ctx")) if isinstance(settings, dict) else None
-        served = str(props.get("model_alias") or PurePath(str(props.get("model_path") or "")).name)
-        if self.model and served and self.model not in (served, props.get("model_path")):
+        alias, path = str(props.get("model_alias") or ""), str(props.get("model_path") or "")
+        served = alias if alias and alias != path else PurePath(path).name
+        if self.model and served and self.model not in (served, alias, path):
             raise http.EngineError(
                 f"llama.cpp at {self.url} serves {served!r}, not {self.model!r}; fix model.name",
                 "status",
@@ -137,6 +138,8 @@ class LlamaCppBackend:
             "samplers": ["top_k"],
             # The generation phase ends by the deadline once a line is complete.
             "t_max_predict_ms": max(1, int((request.deadline - time.monotonic()) * 1000)),
+            # Timings (cache_n, prompt_n) on every event: a stream we close early has them too.
+            "timings_per_token": True,
         }
         if request.stop:
             common["stop"] = list(request.stop)
@@ -163,6 +166,7 @@ class LlamaCppBackend:
         path, body = self.body(request)
         url = self.url + path
         stream = TextStream(on_text)
+        last: dict[str, Any] = {}  # the latest event with timings
         try:
             with http.request(
                 "POST",
@@ -172,13 +176,14 @@ class LlamaCppBackend:
                 headers=self.headers,
             ) as response:
                 for event in http.sse_json(http.lines(response, url), url):
+                    last = event if isinstance(event.get("timings"), dict) else last
                     if stream.add(str(event.get("content") or "")):
-                        return stream.result("enough")
+                        return stream.result("enough", **_counts(last))
                     if event.get("stop"):
                         return stream.result(_finish(event), **_counts(event))
         except http.EngineError as err:
             if err.kind == "timeout" and stream.text:
-                return stream.result("deadline")
+                return stream.result("deadline", **_counts(last))
             raise
         raise http.EngineError(f"{url}: the stream ended before the completion did", "cut")
 

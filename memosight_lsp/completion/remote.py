@@ -2,11 +2,11 @@
 
 Everything but the generation stays ours and is the same code the in-process engine runs: the
 cursor policy and the context packing (service.plan_cursor / pack_context, stable-first so the
-engine's prefix cache hits on every keystroke), the FIM prompt in the model's format, and the
-post-processing; the stream is read only until post-processing has a whole line or block, then
-closed. The worker's `cancelled()` closes the HTTP stream of a superseded request (the engine
-stops generating for it). Type-through, precompute and stats sit above, in the server, and do
-not know which engine ran.
+engine's prefix cache hits on every keystroke), the FIM prompt in the model's format, token
+healing (checked, not forced: see complete) and the post-processing. The stream is read only
+until post-processing has a whole line or block, then closed. The worker's `cancelled()`
+closes the HTTP stream of a superseded request (the engine stops generating for it).
+Type-through, precompute and stats sit above, in the server, and do not know which engine ran.
 
 Failures never hang: every request ends by the deadline (model.timeoutMs) with the text so far
 or an empty answer and a reason. An engine that is down, answers an HTTP error, sends something
@@ -57,6 +57,7 @@ _FAILURE_WORDS = {
 }
 
 EMPTY = "the model suggested nothing useful here (empty after trimming)"
+NOT_THE_WORD = "the model did not continue the word at the cursor"
 
 HealthListener = Callable[[bool, str], None]  # (up, message); called on the worker thread
 
@@ -157,10 +158,10 @@ class RemoteCompletionEngine:
 
     def prepare(self, request: CompletionRequest) -> Prompt:
         """The prompt at the cursor, as the in-process engine builds it, in the engine's FIM
-        format. No token healing: these APIs cannot constrain the first generated token."""
+        format, with the partial word at the cursor backed off (token healing, see complete)."""
         info = self.connect()
         packed = pack_context(request, self.context_budget(request), self.count_tokens)
-        return build_prompt(packed, info.fim if info else None, heal=False)
+        return build_prompt(packed, info.fim if info else None)
 
     # -- completion -----------------------------------------------------------------------
 
@@ -178,10 +179,15 @@ class RemoteCompletionEngine:
             return self._failure(started, "unavailable", self.health.message)
         situation, multiline = cursor.situation, cursor.multiline
         prompt = self.prepare(request)
-        context = prompt.context
+        context, healed = prompt.context, prompt.healed
+        # Token healing without a constraint (these APIs cannot force the first tokens): the
+        # prompt ends before the partial word (and the blank before it), the model writes the
+        # word again, and an answer that does not start with the backed-off text is dropped;
+        # the stream is closed as soon as it diverges.
+        prefix = context.prefix[: len(context.prefix) - len(healed)]
         pieces = PromptPieces(
             text=prompt.text,
-            prefix=context.prefix[context.cross_chars :],
+            prefix=prefix[context.cross_chars :],
             suffix=context.suffix,
             extra=context.cross_files,
         )
@@ -192,11 +198,13 @@ class RemoteCompletionEngine:
             stop=() if multiline else ("\n",),
         )
         try:
-            result = self.backend.generate(
-                generate,
-                on_text=lambda text: postprocess.should_stop(text, situation, multiline),
-                cancelled=cancelled,
-            )
+
+            def enough(text: str) -> bool:
+                if not text.startswith(healed):
+                    return not healed.startswith(text)  # diverged from the word: stop
+                return postprocess.should_stop(text[len(healed) :], situation, multiline)
+
+            result = self.backend.generate(generate, on_text=enough, cancelled=cancelled)
         except Cancelled:
             return Completion(
                 text="", reason="the request was superseded or cancelled", stop_reason="cancelled"
@@ -204,14 +212,14 @@ class RemoteCompletionEngine:
         except EngineError as err:
             return self._engine_error(started, err)
         self.health.succeeded(f"{info.describe()} ready")
-        text = postprocess.finish(result.text, situation, multiline)
+        healed_ok = result.text.startswith(healed)
+        raw = result.text[len(healed) :] if healed_ok else ""
+        text = postprocess.finish(raw, situation, multiline)
         total_ms = (time.perf_counter() - started) * 1000
         first_ms = result.first_token_ms or 0.0
         return Completion(
             text=text,
-            reason=None
-            if text
-            else "the model suggested nothing useful here (empty after trimming)",
+            reason=None if text else (EMPTY if healed_ok else NOT_THE_WORD),
             multiline=multiline,
             new_tokens=result.completion_tokens or self.count_tokens(result.text),
             prompt_tokens=result.prompt_tokens or self.count_tokens(prompt.text),
@@ -220,7 +228,7 @@ class RemoteCompletionEngine:
             total_ms=total_ms,
             stop_reason=result.finish,
             model=info.model,
-            raw=result.text,
+            raw=raw,
             stats={"engine": {"name": info.engine, **result.stats()}},
         )
 
