@@ -115,23 +115,6 @@ def prometheus_totals(text: str) -> dict[str, float]:
     return totals
 
 
-def prometheus_by_label(text: str, name: str, label: str) -> dict[str, float]:
-    """One metric's values per value of one of its labels (summed over the other labels)."""
-    found: dict[str, float] = {}
-    pattern = re.compile(rf'{re.escape(label)}="([^"]*)"')
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match is None or match.group(1) != name:
-            continue
-        value = pattern.search(match.group(2) or "")
-        key = value.group(1) if value else ""
-        try:
-            found[key] = found.get(key, 0.0) + float(match.group(3))
-        except ValueError:
-            continue
-    return found
-
-
 def prefix_cache_counts(totals: dict[str, float]) -> tuple[float, float]:
     """(queried, hit) prompt tokens of vLLM's prefix cache: their ratio is the hit rate."""
     return (

@@ -2,11 +2,11 @@
 
 Each editor is a real language server (`memosight-lsp` over stdio, its own process, driven by
 pygls's LanguageClient) holding one real file of the standard library cut at a line; it types
-the rest of that file one character at a time. Every keystroke is a didChange and an inline
-completion request, as editors send them; a request still open at the next keystroke is
-cancelled (`$/cancelRequest`, the editor's newest-wins). At the end of a word the editor waits
-for the answer to its last request and reads it (`--read-ms`) before typing on, so answers
-are seen under load, not only cancellations.
+the rest of that file one character at a time, `--keystroke-ms` apart on average (half to twice
+that, seeded). As editors do, it asks for an inline completion once `--debounce-ms` passed
+without a keystroke; a request still open at the next keystroke is cancelled
+(`$/cancelRequest`, newest wins). At the end of a word the user waits for the answer and reads
+it (`--read-ms`) before typing on.
 
 Prints JSON, one entry per editor count: requests answered (with a suggestion or empty),
 cancelled and lost (no answer within 60 s, or an error: must be 0), client-side latency of the
@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -66,10 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", help="the engine's base URL")
     parser.add_argument("--name", help="model.name: the model the engine serves")
     parser.add_argument("--local", metavar="PATH", help="no engine: one in-process model each")
+    parser.add_argument("--dtype", default="float32", help="--local: model.dtype")
+    parser.add_argument("--quantization", default="none", help="--local: model.quantization")
     parser.add_argument("--editors", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--keystrokes", type=int, default=150, help="per editor")
+    parser.add_argument("--keystrokes", type=int, default=300, help="per editor")
     parser.add_argument("--keystroke-ms", type=int, default=100, help="between keystrokes")
     parser.add_argument("--read-ms", type=int, default=300, help="pause after an answer")
+    parser.add_argument(
+        "--debounce-ms", type=int, default=150, help="editor-side debounce (Neovim plugin's)"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=24)
     parser.add_argument("--timeout-ms", type=int, default=20_000, help="model.timeoutMs")
     parser.add_argument("--no-cache", action="store_true", help="type-through and precompute off")
@@ -101,6 +107,7 @@ class Editor:
         self.uri = self.path.as_uri()
         self.version = 1
         self.client = LanguageClient("memosight-bench-engines", "1")
+        self.client.feature("memosight/status")(lambda params: None)  # status bars: not here
         self.tally = Tally()
         self.pending: tuple[str, asyncio.Future, float] | None = None
         self.requests = 0
@@ -109,7 +116,11 @@ class Editor:
     def options(self) -> dict[str, Any]:
         args = self.args
         if args.local:
-            model: dict[str, Any] = {"path": args.local}
+            model: dict[str, Any] = {
+                "path": args.local,
+                "dtype": args.dtype,
+                "quantization": args.quantization,
+            }
         else:
             model = {"backend": args.backend, "url": args.url, "timeoutMs": args.timeout_ms}
             if args.name:
@@ -204,16 +215,26 @@ class Editor:
             tally.with_text += 1
 
     async def type_all(self) -> None:
+        """Keystrokes `keystroke_ms` apart on average (half to twice that, seeded per editor);
+        a request once `debounce_ms` passed without one, as editors debounce; at a word's end
+        the user waits for the answer and reads it."""
         args = self.args
+        rng = random.Random(self.number)
         for index, ch in enumerate(self.to_type):
             self.type_char(ch)
-            self.ask()
             word_end = ch.isspace() and index > 0 and not self.to_type[index - 1].isspace()
-            if word_end and self.pending is not None:
-                await self.settle(self.pending[1])
+            gap = rng.uniform(0.5, 2.0) * args.keystroke_ms / 1000
+            if word_end:
+                await asyncio.sleep(args.debounce_ms / 1000)
+                self.ask()
+                await self.settle(self.pending[1])  # type: ignore[index]
                 await asyncio.sleep(args.read_ms / 1000)
+            elif gap > args.debounce_ms / 1000:
+                await asyncio.sleep(args.debounce_ms / 1000)
+                self.ask()  # the next keystroke may come before the answer: it cancels it
+                await asyncio.sleep(gap - args.debounce_ms / 1000)
             else:
-                await asyncio.sleep(args.keystroke_ms / 1000)
+                await asyncio.sleep(gap)
         if self.pending is not None:
             await self.settle(self.pending[1])
 
@@ -252,6 +273,8 @@ async def wait_ready(editor: Editor, timeout_s: float = 300) -> None:
         numbers = await editor.stats()
         if numbers.get("state") == "ready":
             return
+        if numbers.get("state") == "error":
+            raise RuntimeError(f"editor {editor.number}: {numbers.get('modelMessage')}")
         editor.ask()  # the first request starts the load / the probe
         await editor.settle(editor.pending[1])  # type: ignore[index]
         await asyncio.sleep(0.5)
@@ -371,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             "keystrokesPerEditor": args.keystrokes,
             "keystrokeMs": args.keystroke_ms,
             "readMs": args.read_ms,
+            "debounceMs": args.debounce_ms,
             "maxNewTokens": args.max_new_tokens,
             "typeThroughAndPrecompute": not args.no_cache,
             "startLine": START_LINE,
