@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from memosight_lsp import __version__
 
 # Subcommand modules under memosight_lsp.commands, in the order `--help` lists them.
-SUBCOMMANDS = ("complete", "context", "index", "models", "train", "bench")
+SUBCOMMANDS = ("complete", "context", "index", "models", "train", "export", "bench")
 
 log = logging.getLogger("memosight_lsp")
 

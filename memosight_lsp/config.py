@@ -14,6 +14,8 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 Device = Literal["auto", "cpu", "cuda"]
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 Quantization = Literal["auto", "none", "int8", "int4"]
+# Where completions are computed: in this process, or by a serving engine over HTTP.
+BackendName = Literal["local", "vllm", "llama.cpp", "ollama", "openai"]
 MultilinePolicy = Literal["auto", "always", "never"]
 MidWordPolicy = Literal["complete", "skip"]
 # "lossless-draft": a compressed KV cache only drafts, output stays identical to greedy.
@@ -32,6 +34,15 @@ class ModelSettings:
     dtype: Dtype = "auto"
     quantization: Quantization = "auto"  # weight-only int8 / int4 of the linear layers (CPU)
     fim_format: str = "auto"  # auto, none, qwen, starcoder, deepseek, codellama, codegemma
+    # A serving engine instead of the in-process model (backends/): its base URL (None: the
+    # engine's default port on 127.0.0.1), the model it serves (None: the one it serves),
+    # the environment variable holding its API key (the key itself is never a setting) and
+    # the deadline of one remote completion.
+    backend: BackendName = "local"
+    url: str | None = None
+    name: str | None = None
+    api_key_env: str | None = None
+    timeout_ms: int = 5000
 
 
 @dataclass(kw_only=True)
@@ -86,6 +97,7 @@ NUMERIC_BOUNDS: dict[str, tuple[int, int]] = {
     "budget_tokens": (0, 131072),
     "kv_ratio": (2, 16),
     "min_prompt_tokens": (0, 131072),
+    "timeout_ms": (100, 120_000),
 }
 
 

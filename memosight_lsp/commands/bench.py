@@ -14,13 +14,14 @@ BENCHMARKS = {
     "compress": "compress",
     "model": "model_quality",
     "replay": "replay",
+    "engines": "engines",
 }
 
 
 def register(sub) -> None:
     parser = sub.add_parser(
         "bench",
-        help="run a benchmark (speed, context, indexing, latency, compress, model, replay)",
+        help="run a benchmark (" + ", ".join(BENCHMARKS) + ")",
         description=__doc__,
     )
     parser.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")

@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any, get_args
 
+from memosight_lsp.backends import BackendConfigError, open_backend
 from memosight_lsp.completion.positions import utf16_to_index
-from memosight_lsp.config import Device, Dtype, ModelSettings, Quantization
+from memosight_lsp.completion.remote import RemoteCompletionEngine
+from memosight_lsp.completion.service import CompletionEngine
+from memosight_lsp.config import BackendName, Device, Dtype, ModelSettings, Quantization
 from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
 from memosight_lsp.workspace.files import is_binary
 
@@ -40,6 +43,57 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         default=defaults.fim_format,
         help="auto, none, qwen, starcoder, deepseek, codellama or codegemma",
     )
+    engine = parser.add_argument_group("serving engine (instead of --model)")
+    engine.add_argument(
+        "--backend",
+        default=defaults.backend,
+        choices=get_args(BackendName),
+        help="local: the model in this process; else a serving engine over HTTP",
+    )
+    engine.add_argument("--url", help="the engine's base URL (default: its port on 127.0.0.1)")
+    engine.add_argument("--name", help="the model the engine serves (default: the one it serves)")
+    engine.add_argument(
+        "--api-key-env", metavar="VAR", help="environment variable holding the API key"
+    )
+    engine.add_argument(
+        "--timeout-ms", type=int, default=defaults.timeout_ms, help="deadline of a completion"
+    )
+
+
+def model_settings_from_args(args: argparse.Namespace) -> ModelSettings:
+    return ModelSettings(
+        path=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        fim_format=args.fim_format,
+        backend=args.backend,
+        url=args.url,
+        name=args.name,
+        api_key_env=args.api_key_env,
+        timeout_ms=args.timeout_ms,
+    )
+
+
+def remote_engine_from_args(args: argparse.Namespace) -> RemoteCompletionEngine:
+    """The serving engine --backend names, asked what it serves; ModelLoadError (one line)
+    when it cannot be reached or does not serve a model."""
+    try:
+        backend = open_backend(model_settings_from_args(args))
+    except BackendConfigError as err:
+        raise ModelLoadError(str(err)) from err
+    engine = RemoteCompletionEngine(backend, timeout_s=args.timeout_ms / 1000)
+    if engine.connect() is None:
+        raise ModelLoadError(engine.health.message)
+    return engine
+
+
+def engine_from_args(args: argparse.Namespace) -> CompletionEngine | RemoteCompletionEngine:
+    """The model in this process (loaded), or the serving engine --backend names."""
+    if args.backend != "local":
+        return remote_engine_from_args(args)
+    # One completion: timing the machine's passes would not pay.
+    return CompletionEngine(load_model_from_args(args), time_passes=False)
 
 
 def add_position_arguments(parser: argparse.ArgumentParser) -> None:
@@ -109,7 +163,9 @@ __all__ = [
     "add_position_arguments",
     "cursor_column",
     "emit",
+    "engine_from_args",
     "fail",
     "load_model_from_args",
     "read_source_file",
+    "remote_engine_from_args",
 ]

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import get_args
 
-from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.completion.service import CompletionRequest
 from memosight_lsp.config import MultilinePolicy, Settings
 from memosight_lsp.workspace import WorkspaceIndex
 
@@ -16,8 +16,8 @@ from .common import (
     add_position_arguments,
     cursor_column,
     emit,
+    engine_from_args,
     fail,
-    load_model_from_args,
     read_source_file,
 )
 from .index import scan_with_progress
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         return fail("--max-new-tokens must be >= 1")
     try:
-        loaded = load_model_from_args(args)
+        engine = engine_from_args(args)
     except ModelLoadError as err:
         return fail(str(err))
     index = None
@@ -76,7 +76,6 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"no such folder: {args.root}")
         index = WorkspaceIndex(root, cache_dir=args.cache_dir, use_cache=not args.no_cache)
         scan_with_progress(index)
-    engine = CompletionEngine(loaded, time_passes=False)  # one completion: timing would not pay
     request = CompletionRequest(
         text=text,
         line=args.line,

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from .common import ModelLoadError, add_model_options, emit, fail, load_model_from_args
+from .common import (
+    ModelLoadError,
+    add_model_options,
+    emit,
+    fail,
+    load_model_from_args,
+    remote_engine_from_args,
+)
 
 
 def register(sub) -> None:
@@ -15,6 +22,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.backend != "local":
+        return run_remote(args)
     try:
         loaded = load_model_from_args(args)
     except ModelLoadError as err:
@@ -36,5 +45,39 @@ def run(args: argparse.Namespace) -> int:
     ]
     if info["gguf"]:
         lines.insert(2, f"GGUF file:    {info['gguf']}")
+    emit("\n".join(lines), as_json=False)
+    return 0
+
+
+def run_remote(args: argparse.Namespace) -> int:
+    """What the serving engine serves, as the server would see it."""
+    try:
+        engine = remote_engine_from_args(args)
+    except ModelLoadError as err:
+        return fail(str(err))
+    info = engine.info
+    assert info is not None
+    data = {
+        "engine": info.engine,
+        "url": info.url,
+        "name": info.model,
+        "fimFormat": info.fim.name if info.fim else None,
+        "engineInfill": info.infill,
+        "tokenIds": info.token_ids,
+        "contextLength": info.context_length,
+        "charsPerToken": round(info.chars_per_token, 3),
+        "notes": list(info.notes),
+    }
+    if args.json:
+        emit(data, as_json=True)
+        return 0
+    lines = [
+        f"engine:       {info.engine} at {info.url}",
+        f"model:        {info.model}",
+        f"FIM:          {info.describe().split('(', 1)[1].rstrip(')')}",
+        f"context:      {info.context_length or 'unknown'} tokens",
+        f"tokens:       {info.chars_per_token:.2f} characters per token (measured once)",
+        *(f"note:         {note}" for note in info.notes),
+    ]
     emit("\n".join(lines), as_json=False)
     return 0

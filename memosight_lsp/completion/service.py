@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from memosight_lsp.config import Settings
-from memosight_lsp.context import Rerank, build_context
+from memosight_lsp.context import PackedContext, Rerank, build_context
 from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
@@ -126,6 +126,67 @@ class Completion:
         }
 
 
+@dataclass(frozen=True)
+class CursorPlan:
+    situation: CursorSituation
+    multiline: bool  # a block is wanted here, not one line
+    refused: str | None  # why not to complete here (None: go on)
+
+
+def plan_cursor(request: CompletionRequest) -> CursorPlan:
+    """What the cursor is in and what kind of completion it wants: the same for every engine."""
+    situation = cursor_situation(request)
+    return CursorPlan(
+        situation=situation,
+        multiline=wants_multiline(situation, request.multiline),
+        refused=mid_word_refusal(situation, request.mid_word),
+    )
+
+
+def cursor_situation(request: CompletionRequest) -> CursorSituation:
+    """The cursor as the policies see it: its line, the block it is in, and what the syntax
+    tree says (in a string, a comment or brackets)."""
+    prefix, suffix = split_at(request.text, request.line, request.column)
+    spec = language_for(request.path, request.language_id)
+    place = (
+        cursor_place(prefix, suffix, path=request.path, language_id=request.language_id)
+        if spec is not None
+        else None
+    )
+    return describe_cursor(
+        prefix,
+        suffix,
+        in_expression=None if place is None else place != "code",
+        in_brackets=place == "brackets",
+        language=spec.name if spec is not None else None,
+    )
+
+
+def pack_context(
+    request: CompletionRequest,
+    budget: int,
+    count_tokens: Callable[[str], int],
+    rerank: Rerank | None = None,
+    max_suffix_tokens: int | None = None,
+) -> PackedContext:
+    """The ranked workspace context at the request's cursor, packed into `budget` tokens."""
+    return build_context(
+        text=request.text,
+        path=request.path,
+        line=request.line,
+        column=request.column,
+        language_id=request.language_id,
+        budget_tokens=budget,
+        count_tokens=count_tokens,
+        # A huge or binary text is not parsed for ranking: it gets its own lines only.
+        index=request.index if indexable_text(request.text) else None,
+        open_buffers=request.open_buffers,
+        recent_edits=request.recent_edits,
+        rerank=rerank,
+        max_suffix_tokens=max_suffix_tokens,
+    )
+
+
 class CompletionEngine:
     """Completes at a cursor with one loaded model. Not thread-safe: one worker calls it."""
 
@@ -183,6 +244,15 @@ class CompletionEngine:
             suffix_first=fim is not None and fim.suffix_first,
         )
 
+    def latency(self, request: CompletionRequest) -> dict[str, Any]:
+        """How prompts are sized now (memosight/stats): the cold prompt, the suffix and prefill
+        chunks for `request`'s settings, the measured prefill rate, the pinned heads."""
+        return {
+            **self.latency_budget(request).describe(),
+            "prefillRate": self.prefill_rate.describe(),
+            "stablePrompts": self.stable.stats(),
+        }
+
     @cached_property
     def vocabulary(self) -> VocabularyText:
         return VocabularyText(self.loaded.tokenizer)
@@ -212,12 +282,17 @@ class CompletionEngine:
         prompt keeps the head it was packed with while it fits (stable_prompt.py); `stable`
         False packs afresh and leaves the buffer's pinned head alone (a one-off budget)."""
         budget = budget or self.latency_budget(request)
-        index = request.index if indexable_text(request.text) else None
         # What the pinned head was packed for: another budget, index, file or other open
         # buffers (edited elsewhere: their snippets may be stale) packs again. Hashing an
         # unchanged buffer is free (str caches its hash).
         others = tuple(sorted((path, hash(text)) for path, text in request.open_buffers.items()))
-        key = (budget.max_prompt_tokens, id(index), request.path, request.language_id, others)
+        key = (
+            budget.max_prompt_tokens,
+            id(request.index),
+            request.path,
+            request.language_id,
+            others,
+        )
         buffer = request.buffer_id if stable else None
         packed = None
         if buffer is not None:
@@ -233,19 +308,11 @@ class CompletionEngine:
             )
         reused = packed is not None
         if packed is None:
-            packed = build_context(
-                text=request.text,
-                path=request.path,
-                line=request.line,
-                column=request.column,
-                language_id=request.language_id,
-                budget_tokens=budget.prompt_tokens,
-                count_tokens=self.token_counter,
-                # A huge or binary text is not parsed for ranking: it gets its own lines only.
-                index=index,
-                open_buffers=request.open_buffers,
-                recent_edits=request.recent_edits,
-                rerank=self.chunk_rerank(budget.prompt_tokens),
+            packed = pack_context(
+                request,
+                budget.prompt_tokens,
+                self.token_counter,
+                self.chunk_rerank(budget.prompt_tokens),
                 max_suffix_tokens=budget.suffix_tokens,
             )
             if buffer is not None:
@@ -262,24 +329,6 @@ class CompletionEngine:
             min_overflow=self.compression.chunk_min_overflow,
         )
 
-    def situation(self, request: CompletionRequest) -> CursorSituation:
-        """The cursor as the policies see it: its line, the block it is in, and what the syntax
-        tree says (in a string, a comment or brackets)."""
-        prefix, suffix = split_at(request.text, request.line, request.column)
-        spec = language_for(request.path, request.language_id)
-        place = (
-            cursor_place(prefix, suffix, path=request.path, language_id=request.language_id)
-            if spec is not None
-            else None
-        )
-        return describe_cursor(
-            prefix,
-            suffix,
-            in_expression=None if place is None else place != "code",
-            in_brackets=place == "brackets",
-            language=spec.name if spec is not None else None,
-        )
-
     def complete(
         self,
         request: CompletionRequest,
@@ -293,11 +342,10 @@ class CompletionEngine:
         or word end: postprocess.partial), and again whenever that changes, while decoding goes
         on; the Completion returned is the whole one."""
         started = time.perf_counter()
-        situation = self.situation(request)
-        refused = mid_word_refusal(situation, request.mid_word)
-        if refused is not None:
-            return Completion(text="", reason=refused)
-        multiline = wants_multiline(situation, request.multiline)
+        cursor = plan_cursor(request)
+        if cursor.refused is not None:
+            return Completion(text="", reason=cursor.refused)
+        situation, multiline = cursor.situation, cursor.multiline
         budget = self.latency_budget(request)
         prompt = self.prepare(request, budget=budget)
         tokenizer = self.loaded.tokenizer

@@ -74,12 +74,23 @@ class _Layout:
             for path in sorted(by_file, key=lambda p: (p in self.volatile, p))
         ]
 
-    def prefix(self) -> str:
+    def cross_files(self) -> tuple[tuple[str, str], ...]:
+        """(path, its snippets' text) per other file, in prompt order, without path markers."""
+        return tuple(
+            (path, "".join(p.text for p in pieces)) for path, pieces in self.cross_by_file()
+        )
+
+    def cross_text(self) -> str:
+        """The other files' part of the prefix: each file's path marker and its snippets."""
         parts: list[str] = []
         for path, pieces in self.cross_by_file():
             assert self.spec is not None
             parts.append(path_marker(self.spec, path))
             parts.extend(p.text for p in pieces)
+        return "".join(parts)
+
+    def prefix(self) -> str:
+        parts: list[str] = [self.cross_text()]
         parts.append(self.marker)
         parts.extend(p.text for p in sorted(self.local, key=lambda p: p.start_line))
         parts.append(self.far_text)
@@ -261,6 +272,8 @@ def build_context(
         snippets=layout.snippets(counter),
         prompt_tokens=tokens,
         reranked=layout.reranked,
+        cross_chars=len(layout.cross_text()),
+        cross_files=layout.cross_files(),
     )
 
 

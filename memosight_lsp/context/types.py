@@ -28,6 +28,11 @@ class PackedContext:
     snippets: list[Snippet]
     prompt_tokens: int  # count_tokens(prefix) + count_tokens(suffix) <= budget
     reranked: bool = False  # a second-stage ranker (Rerank) ordered the candidates
+    # prefix[:cross_chars] is the other files' part (path markers and snippets); cross_files
+    # has the same snippets per file, (path, text) in prompt order, for engines that take them
+    # apart from the current file (llama.cpp's /infill input_extra).
+    cross_chars: int = 0
+    cross_files: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def empty(cls) -> PackedContext:

@@ -25,6 +25,7 @@ from pygls.workspace import TextDocument
 
 from memosight_lsp.completion.lookahead import LookaheadCache, LookaheadEntry
 from memosight_lsp.completion.policy import describe_cursor, mid_word_refusal
+from memosight_lsp.completion.remote import ENGINE_FAILURES
 from memosight_lsp.completion.scheduler import Job, Scheduler
 from memosight_lsp.completion.service import Completion, CompletionRequest
 from memosight_lsp.config import Settings
@@ -182,7 +183,8 @@ class CompletionFlow:
         return None
 
     def _unanswerable(self, cursor: Cursor, settings: Settings) -> str | None:
-        if self.host.state == "error":
+        if self.host.state == "error" and self.host.engine is None:
+            # A failed load. (A serving engine that is down keeps its engine: it retries.)
             return f"model error: {self.host.message}"
         window = window_at(cursor.text, cursor.offset)
         if is_binary(window.text):
@@ -376,10 +378,12 @@ class CompletionFlow:
         kv_counter = _KV_COUNTERS.get(completion.stats.get("kvCompression", "off"))
         if kv_counter is not None:
             self.stats.count(kv_counter)
+        if "engine" in completion.stats:
+            self.stats.engine(completion.stats["engine"])
         if completion.text:
             self.stats.tokens(completion.new_tokens)
             remember(completion)
-        elif key is not None and completion.stop_reason != "cancelled":
+        elif key is not None and completion.stop_reason not in ("cancelled", *ENGINE_FAILURES):
             self._known_empty[buffer_id] = key
         if counter == "modelCalls":
             self._on_model_result(completion)
@@ -393,12 +397,7 @@ class CompletionFlow:
             return None
         settings = self._settings()
         request = CompletionRequest.from_settings(settings, text="", line=0, column=0)
-        return {
-            "firstResponseMs": settings.completion.first_response_ms,
-            **engine.latency_budget(request).describe(),
-            "prefillRate": engine.prefill_rate.describe(),
-            "stablePrompts": engine.stable.stats(),
-        }
+        return {"firstResponseMs": settings.completion.first_response_ms, **engine.latency(request)}
 
     # -- pre-warm ---------------------------------------------------------------------------
 

@@ -1,5 +1,10 @@
 """The model the server completes with: loaded lazily on the worker thread, reloaded when the
 model settings change, and a failed load reported once (no retry loop until the settings change).
+
+With `model.backend` naming a serving engine there is nothing to load: the host builds a
+RemoteCompletionEngine (completion/remote.py) that asks the engine what it serves, and follows
+the engine's health (ready / error with its message) as the state; requests keep reaching that
+engine, which retries with backoff, so completions resume when the engine is back.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import astuple
 from typing import Literal
 
+from memosight_lsp.backends import BackendConfigError, open_backend
+from memosight_lsp.completion.remote import RemoteCompletionEngine
 from memosight_lsp.completion.scheduler import Job, Scheduler
 from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import ModelSettings
@@ -30,7 +37,7 @@ class ModelHost:
         self._job: Job | None = None
         self.state: ModelState = "idle"
         self.message = "no model loaded yet"
-        self.engine: CompletionEngine | None = None
+        self.engine: CompletionEngine | RemoteCompletionEngine | None = None
         self.model_name: str | None = None
 
     def ensure(self, settings: ModelSettings) -> None:
@@ -42,7 +49,11 @@ class ModelHost:
             self._spec = spec
             self.engine = None
             self.state = "loading"
-            self.message = f"loading {settings.path or 'the embedded default model'}"
+            self.message = (
+                f"loading {settings.path or 'the embedded default model'}"
+                if settings.backend == "local"
+                else f"connecting to {settings.backend} at {settings.url or 'its default URL'}"
+            )
             self._job = self._scheduler.submit(
                 "__model__", lambda cancelled: self._load(spec, settings), kind="control"
             )
@@ -58,6 +69,9 @@ class ModelHost:
         if spec != self._spec:
             return  # superseded by newer settings before it started
         self._on_state("loading", self.message, None)
+        if settings.backend != "local":
+            self._connect(spec, settings)
+            return
         try:
             loaded = load_model(
                 settings.path,
@@ -91,6 +105,37 @@ class ModelHost:
             )
         log.info("%s", self.message)
         self._on_state("ready", self.message, loaded.name)
+
+    def _connect(self, spec: tuple, settings: ModelSettings) -> None:
+        """A serving engine instead of a model: probed now (bounded by model.timeoutMs), its
+        health the state from then on."""
+        try:
+            backend = open_backend(settings)
+        except BackendConfigError as err:
+            self._fail(spec, str(err))
+            return
+        engine = RemoteCompletionEngine(
+            backend,
+            timeout_s=settings.timeout_ms / 1000,
+            on_health=lambda up, message: self._engine_health(spec, engine, up, message),
+        )
+        with self._lock:
+            if spec != self._spec:
+                return
+            self.engine = engine
+        engine.warm_up()
+
+    def _engine_health(
+        self, spec: tuple, engine: RemoteCompletionEngine, up: bool, message: str
+    ) -> None:
+        with self._lock:
+            if spec != self._spec or self.engine is not engine:
+                return
+            state: ModelState = "ready" if up else "error"
+            self.state, self.message = state, message
+            self.model_name = engine.name if up else None
+            name = self.model_name
+        self._on_state(state, message, name)
 
     def _progress(self, message: str) -> None:
         """A long loading step (converting a GGUF file, measuring precisions) as the status."""

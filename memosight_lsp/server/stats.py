@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
 WINDOW = 2000  # latencies kept per series
 
@@ -34,7 +34,19 @@ class ServerStats:
         "partialAnswers",  # answered by the first-response deadline, decoding went on
         "prewarms",  # prompts prefilled ahead of a request (pre-warm jobs run)
         "prewarmedTokens",
+        # A serving engine (model.backend): its failures, and the prompt tokens it reported
+        # taking from its prefix cache vs computing (summed over the requests that said).
+        "engineErrors",
+        "engineTimeouts",
+        "engineUnavailable",
+        "engineCachedTokens",
+        "enginePrefilledTokens",
     )
+    _ENGINE_FINISH: ClassVar[dict[str, str]] = {
+        "error": "engineErrors",
+        "deadline": "engineTimeouts",
+        "unavailable": "engineUnavailable",
+    }
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -55,6 +67,17 @@ class ServerStats:
                 self._type_through.append(latency_ms)
             self.last_latency_ms = round(latency_ms, 3)
 
+    def engine(self, report: dict[str, Any]) -> None:
+        """One serving-engine answer (Completion.stats["engine"])."""
+        with self._lock:
+            counter = self._ENGINE_FINISH.get(report.get("finish", ""))
+            if counter is not None:
+                self._counts[counter] += 1
+            cached, prefilled = report.get("cachedTokens"), report.get("prefilledTokens")
+            if isinstance(cached, int) and isinstance(prefilled, int):
+                self._counts["engineCachedTokens"] += cached
+                self._counts["enginePrefilledTokens"] += prefilled
+
     def tokens(self, n: int) -> None:
         with self._lock:
             self._tokens.append(n)
@@ -73,5 +96,12 @@ class ServerStats:
             typeThroughP99Ms=percentile(type_through, 99),
             meanTokens=round(sum(tokens) / len(tokens), 2) if tokens else None,
             lastLatencyMs=self.last_latency_ms,
+            prefixCacheHitRate=_ratio(
+                out["engineCachedTokens"], out["engineCachedTokens"] + out["enginePrefilledTokens"]
+            ),
         )
         return out
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None

@@ -59,6 +59,11 @@ M.settings_schema = {
     dtype = { "auto", "float32", "bfloat16", "float16" },
     quantization = { "auto", "none", "int8", "int4" },
     fimFormat = "string",
+    backend = { "local", "vllm", "llama.cpp", "ollama", "openai" },
+    url = "string?",
+    name = "string?",
+    apiKeyEnv = "string?",
+    timeoutMs = "number",
   },
   completion = {
     maxNewTokens = "number",

@@ -149,21 +149,37 @@ local function check_model(cfg, python)
   health.start("Model")
   local model = cfg.settings.model or {}
   local cmd = { python, "-c", "import sys; from memosight_lsp.cli import main; sys.exit(main())", "models", "--json" }
-  for option, key in pairs({ ["--model"] = "path", ["--device"] = "device", ["--dtype"] = "dtype", ["--fim-format"] = "fimFormat" }) do
+  local options = {
+    ["--model"] = "path", ["--device"] = "device", ["--dtype"] = "dtype", ["--fim-format"] = "fimFormat",
+    ["--backend"] = "backend", ["--url"] = "url", ["--name"] = "name", ["--api-key-env"] = "apiKeyEnv",
+  }
+  for option, key in pairs(options) do
     if type(model[key]) == "string" then
-      vim.list_extend(cmd, { option, vim.fn.expand(model[key]) })
+      vim.list_extend(cmd, { option, key == "path" and vim.fn.expand(model[key]) or model[key] })
     end
   end
+  local remote = type(model.backend) == "string" and model.backend ~= "local"
   local code, out, err = run(cmd, 60000)
   if code ~= 0 then
-    health.error("the model does not load: " .. last_line(err ~= "" and err or out), {
-      "set settings.model.path to a local Hugging Face model folder, or reinstall memosight-lsp",
-    })
+    local hint = remote and "start the engine, or fix settings.model.url / settings.model.name"
+      or "set settings.model.path to a local Hugging Face model folder, or reinstall memosight-lsp"
+    health.error((remote and "the engine does not answer: " or "the model does not load: ")
+      .. last_line(err ~= "" and err or out), { hint })
     return
   end
   local ok, info = pcall(vim.json.decode, out)
   if not ok or type(info) ~= "table" then
     health.warn("`memosight models --json` printed something unexpected: " .. last_line(out))
+    return
+  end
+  if remote then
+    health.ok(("%s at %s serves %s (FIM %s, %s tokens of context)"):format(
+      tostring(info.engine),
+      tostring(info.url),
+      tostring(info.name),
+      info.engineInfill and "by the engine" or (info.fimFormat ~= vim.NIL and tostring(info.fimFormat) or "none"),
+      tostring(info.contextLength ~= vim.NIL and info.contextLength or "?")
+    ))
     return
   end
   health.ok(("model %s loads (%s, %.1fM parameters, %s %s, FIM %s) in %.1f s"):format(

@@ -5,7 +5,18 @@ import { buildServerSettings, expandPath, needsRestart, SERVER_SETTINGS } from '
 const DEFAULTS = {
   enable: true,
   languages: {},
-  model: { path: null, device: 'auto', dtype: 'auto', quantization: 'auto', fimFormat: 'auto' },
+  model: {
+    path: null,
+    device: 'auto',
+    dtype: 'auto',
+    quantization: 'auto',
+    fimFormat: 'auto',
+    backend: 'local',
+    url: null,
+    name: null,
+    apiKeyEnv: null,
+    timeoutMs: 5000,
+  },
   completion: {
     maxNewTokens: 64,
     multiline: 'auto',
@@ -38,7 +49,7 @@ describe('buildServerSettings', () => {
     const tree = buildServerSettings((key) => user[key]);
     assert.equal(tree.enable, false);
     assert.deepEqual(tree.languages, { markdown: false });
-    assert.deepEqual(tree.model, { path: '/models/qwen', device: 'cpu', dtype: 'auto', quantization: 'auto', fimFormat: 'auto' });
+    assert.deepEqual(tree.model, { ...DEFAULTS.model, path: '/models/qwen', device: 'cpu' });
     assert.equal((tree.completion as Record<string, unknown>).maxNewTokens, 16);
     assert.equal((tree.completion as Record<string, unknown>).multiline, 'never');
     assert.equal((tree.context as Record<string, unknown>).budgetTokens, 256);

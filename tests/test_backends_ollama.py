@@ -1,0 +1,141 @@
+"""Ollama's /api/show and /api/generate, against a stand-in written from Ollama's API docs:
+no Ollama can be installed on these machines (its binary comes from ollama.com, not from a
+package registry), so these tests check what we send and how we read what it documents."""
+
+from __future__ import annotations
+
+import pytest
+from fake_engine import FakeEngine, Handler, ndjson
+
+from memosight_lsp.backends import EngineError, GenerateRequest, PromptPieces
+from memosight_lsp.backends import http as engine_http
+from memosight_lsp.backends.ollama import OllamaBackend
+from memosight_lsp.completion.remote import RemoteCompletionEngine
+from memosight_lsp.completion.service import CompletionRequest
+
+QWEN_VOCAB = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "def"]
+
+
+def ollama(show: dict, answer: list[dict], tags: list[str] = ("qwen2.5-coder:0.5b",)) -> dict:
+    def api_show(handler: Handler, body) -> None:
+        if body.get("model") not in tags:
+            handler.send_json({"error": f"model '{body.get('model')}' not found"}, 404)
+            return
+        handler.send_json(show)
+
+    def api_tags(handler: Handler, body) -> None:
+        handler.send_json({"models": [{"name": name, "model": name} for name in tags]})
+
+    def api_generate(handler: Handler, body) -> None:
+        handler.stream(ndjson(*answer), kind="application/x-ndjson")
+
+    return {
+        ("POST", "/api/show"): api_show,
+        ("GET", "/api/tags"): api_tags,
+        ("POST", "/api/generate"): api_generate,
+    }
+
+
+def show(vocabulary: list[str] | None = None, capabilities=("completion",)) -> dict:
+    info = {"general.architecture": "qwen2", "qwen2.context_length": 32768}
+    if vocabulary is not None:
+        info["tokenizer.ggml.tokens"] = vocabulary
+    return {"template": "{{ .Prompt }}", "model_info": info, "capabilities": list(capabilities)}
+
+
+ANSWER = [
+    {"model": "m", "response": " a", "done": False},
+    {"model": "m", "response": " + b", "done": False},
+    {
+        "model": "m",
+        "response": "",
+        "done": True,
+        "done_reason": "stop",
+        "prompt_eval_count": 12,
+        "prompt_eval_duration": 40_000_000,
+        "eval_count": 3,
+        "eval_duration": 30_000_000,
+    },
+]
+
+
+def generate_request() -> GenerateRequest:
+    return GenerateRequest(
+        prompt=PromptPieces(
+            text="<|fim_prefix|>def add(a, b):\n    return <|fim_suffix|>\n<|fim_middle|>",
+            prefix="def add(a, b):\n    return ",
+            suffix="\n",
+            extra=(("util.py", "def sub(a, b): ...\n"),),
+        ),
+        max_tokens=16,
+        deadline=engine_http.deadline_in(2),
+    )
+
+
+def test_fim_tokens_in_the_vocabulary_give_our_prompt_raw():
+    with FakeEngine(ollama(show(QWEN_VOCAB), ANSWER)) as engine:
+        backend = OllamaBackend(engine.url)
+        info = backend.probe(engine_http.deadline_in(2))
+        assert info.fim is not None and info.fim.name == "qwen"
+        assert info.model == "qwen2.5-coder:0.5b"  # the first pulled model: none was named
+        assert info.context_length == 32768
+        result = backend.generate(
+            generate_request(), on_text=lambda t: False, cancelled=lambda: False
+        )
+        sent = engine.bodies("/api/generate")[0]
+    assert sent["raw"] is True
+    assert sent["prompt"].startswith("<|fim_prefix|>def add")
+    assert "suffix" not in sent
+    assert sent["options"]["temperature"] == 0 and sent["options"]["num_predict"] == 16
+    assert "<|endoftext|>" in sent["options"]["stop"]
+    assert result.text == " a + b" and result.finish == "stop"
+    assert result.prefilled_tokens == 12 and result.completion_tokens == 3
+    assert result.extra == {"promptMs": 40.0, "decodeMs": 30.0}
+
+
+def test_a_template_with_a_suffix_gets_prefix_and_suffix():
+    with FakeEngine(ollama(show(None, ("completion", "insert")), ANSWER)) as engine:
+        backend = OllamaBackend(engine.url, model="qwen2.5-coder:0.5b")
+        info = backend.probe(engine_http.deadline_in(2))
+        assert info.infill and info.fim is None
+        backend.generate(generate_request(), on_text=lambda t: False, cancelled=lambda: False)
+        sent = engine.bodies("/api/generate")[0]
+    assert "raw" not in sent
+    assert sent["suffix"] == "\n"
+    assert sent["prompt"] == "def sub(a, b): ...\ndef add(a, b):\n    return "
+
+
+def test_no_fim_at_all_sends_the_prefix_alone():
+    with FakeEngine(ollama(show(["a", "b"]), ANSWER)) as engine:
+        info = OllamaBackend(engine.url).probe(engine_http.deadline_in(2))
+    assert info.fim is None and not info.infill
+    assert "prefix-only" in info.notes[0]
+
+
+def test_a_model_that_is_not_pulled_is_named_in_the_error():
+    with FakeEngine(ollama(show(QWEN_VOCAB), ANSWER)) as engine, pytest.raises(EngineError) as err:
+        OllamaBackend(engine.url, model="codellama:7b").probe(engine_http.deadline_in(2))
+    assert err.value.status == 404
+    assert "codellama:7b" in str(err.value)
+
+
+def test_an_error_line_in_the_stream_is_an_error():
+    answer = [{"response": "a", "done": False}, {"error": "llama runner process has terminated"}]
+    with FakeEngine(ollama(show(QWEN_VOCAB), answer)) as engine, pytest.raises(EngineError) as err:
+        backend = OllamaBackend(engine.url)
+        backend.generate(generate_request(), on_text=lambda t: False, cancelled=lambda: False)
+    assert "runner process has terminated" in str(err.value)
+
+
+def test_a_completion_through_ollama_is_post_processed_like_any_other():
+    with FakeEngine(ollama(show(QWEN_VOCAB), ANSWER)) as engine:
+        remote = RemoteCompletionEngine(OllamaBackend(engine.url), timeout_s=2)
+        completion = remote.complete(
+            CompletionRequest(text="def add(a, b):\n    return \n", line=1, column=11)
+        )
+        sent = engine.bodies("/api/generate")[0]
+    assert completion.text == "a + b"
+    assert completion.model == "qwen2.5-coder:0.5b"
+    assert completion.stats["engine"]["prefilledTokens"] == 12
+    # The blank before the cursor is backed off (token healing) and written by the model.
+    assert sent["prompt"].endswith("return<|fim_suffix|>\n<|fim_middle|>")
