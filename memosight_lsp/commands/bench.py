@@ -13,13 +13,15 @@ BENCHMARKS = {
     "latency": "latency",
     "compress": "compress",
     "model": "model_quality",
+    "fuzz": "fuzz",
+    "soak": "soak",
 }
 
 
 def register(sub) -> None:
     parser = sub.add_parser(
         "bench",
-        help="run a benchmark (speed, context, indexing, latency, compress, model)",
+        help="run a benchmark (speed, context, indexing, latency, compress, model, fuzz, soak)",
         description=__doc__,
     )
     parser.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
