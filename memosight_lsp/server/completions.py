@@ -252,7 +252,14 @@ class CompletionFlow:
         if engine is None:
             return None
         self.stats.count(counter)
-        completion = engine.complete(request, cancelled=cancelled)
+        try:
+            completion = engine.complete(request, cancelled=cancelled)
+        except Exception as err:  # the model or the context failed: answer empty, keep serving
+            self.stats.count("errors")
+            engine.forget(request.buffer_id or "")  # its KV cache may be half-written
+            log.error("completion failed (%s: %s); answered empty", type(err).__name__, err)
+            log.debug("completion failure", exc_info=True)
+            return Completion(text="", reason=f"model error: {type(err).__name__}: {err}")
         kv_counter = _KV_COUNTERS.get(completion.stats.get("kvCompression", "off"))
         if kv_counter is not None:
             self.stats.count(kv_counter)

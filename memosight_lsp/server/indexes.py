@@ -10,6 +10,7 @@ current text: the context packer parses the text it is given when the index is b
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -81,10 +82,14 @@ class WorkspaceIndexes:
         """The index of the innermost folder holding `path`; None outside every folder."""
         if not path:
             return None
-        file = Path(path)
+        file = Path(os.path.normpath(path))  # `..` must not lead into a folder lexically
+        try:
+            resolved = file.resolve()
+        except (OSError, ValueError):  # a NUL byte, a symlink loop
+            return None
         with self._lock:
             indexes = list(self._indexes.items())
-        for candidate in (file, file.resolve()):  # roots are resolved: try through symlinks too
+        for candidate in (file, resolved):  # roots are resolved: try through symlinks too
             best: WorkspaceIndex | None = None
             for root, index in indexes:
                 inner = best is None or len(root.parts) > len(best.root.parts)

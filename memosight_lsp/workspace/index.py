@@ -301,10 +301,12 @@ class WorkspaceIndex:
                 return buffer.text
             symbols = self._files.get(rel)
             hit = self._texts.get(rel)
+        if rel.startswith("/"):  # outside the root: an open buffer's text only, never the disk
+            return None
         file = self.abspath(rel)
         try:
             stat = file.stat()
-        except OSError:
+        except (OSError, ValueError):
             return None
         stamp = (stat.st_mtime_ns, stat.st_size)
         if hit is not None and hit[0] == stamp:
