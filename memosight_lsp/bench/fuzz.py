@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -583,7 +584,8 @@ def run_lifecycle(args: argparse.Namespace, root: Path, log: Any, variant: int) 
     def expect(msg_id: Any, method: str, params: Any, code: int | None) -> None:
         nonlocal sent
         sent += 1
-        answer = server.request(msg_id, method, params, args.hang_seconds)
+        # The first answer waits for the server to start (imports: seconds on a busy machine).
+        answer = server.request(msg_id, method, params, args.hang_seconds if sent > 1 else 120)
         if answer is None:
             violations.append(f"{method} ({msg_id}) unanswered")
         elif code is None and "error" in answer:
@@ -633,6 +635,17 @@ def run_lifecycle(args: argparse.Namespace, root: Path, log: Any, variant: int) 
     return {"messages": sent, "violations": violations}
 
 
+def run_lifecycles(args: argparse.Namespace, root: Path, log: Any) -> list[dict[str, Any]]:
+    """The lifecycle sessions, side by side (each is mostly a server starting up)."""
+    with ThreadPoolExecutor(max(1, min(3, args.lifecycle_sessions))) as pool:
+        return list(
+            pool.map(
+                lambda variant: run_lifecycle(args, root, log, variant % 3),
+                range(args.lifecycle_sessions),
+            )
+        )
+
+
 def count_tracebacks(log_path: Path) -> int:
     try:
         return log_path.read_text(errors="replace").count("Traceback (most recent call last)")
@@ -640,8 +653,8 @@ def count_tracebacks(log_path: Path) -> int:
         return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole fuzz run (main session, then the lifecycle sessions); the JSON report."""
     with tempfile.TemporaryDirectory(prefix="memosight-fuzz-") as tmp:
         root = Path(tmp) / "ws"
         (root / "sub").mkdir(parents=True)
@@ -650,10 +663,7 @@ def main(argv: list[str] | None = None) -> int:
         log_path = Path(args.log_file) if args.log_file else Path(tmp) / "server.log"
         with open(log_path, "ab") as log:
             result = run_main_session(args, root, log)
-            lifecycle = [
-                run_lifecycle(args, root, log, variant % 3)
-                for variant in range(args.lifecycle_sessions)
-            ]
+            lifecycle = run_lifecycles(args, root, log)
         result["lifecycle"] = {
             "sessions": len(lifecycle),
             "messages": sum(s["messages"] for s in lifecycle),
@@ -663,8 +673,13 @@ def main(argv: list[str] | None = None) -> int:
         result["serverTracebacks"] = count_tracebacks(log_path)
         result["seed"] = args.seed
         result["model"] = args.model or "embedded"
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    result = run(build_parser().parse_args(argv))
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0 if not (result["crashes"] or result["hangs"]) else 1
 
 
-__all__ = ["METHODS", "Fuzzer", "encode", "main"]
+__all__ = ["METHODS", "Fuzzer", "encode", "main", "run"]
