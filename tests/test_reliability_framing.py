@@ -16,7 +16,9 @@ def frame(body: bytes, length: int | None = None, extra: bytes = b"") -> bytes:
 
 
 def message(i: int) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": i, "method": "memosight/stats", "params": {}}).encode()
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": i, "method": "memosight/stats", "params": {}}
+    ).encode()
 
 
 def bodies(reader: FrameReader, data: bytes, chunk: int | None = None) -> list[bytes]:
@@ -44,7 +46,7 @@ def test_a_short_body_does_not_swallow_the_next_frame():
 
 
 def test_a_short_body_is_detected_even_when_its_bytes_arrive_one_by_one():
-    stream = b"Content-Length: 500\r\n\r\n{\"jsonrpc\"" + frame(message(2))
+    stream = b'Content-Length: 500\r\n\r\n{"jsonrpc"' + frame(message(2))
     assert bodies(FrameReader(), stream, 1) == [message(2)]
 
 
@@ -122,7 +124,7 @@ def test_header_helpers():
 
 
 def corrupt_frame(rng: random.Random) -> bytes:
-    junk = bytes(rng.choice(b"abc{}[]\":, 0123\r\n\xff") for _ in range(rng.randint(0, 40)))
+    junk = bytes(rng.choice(b'abc{}[]":, 0123\r\n\xff') for _ in range(rng.randint(0, 40)))
     kind = rng.randrange(6)
     if kind == 0:  # short body
         return b"Content-Length: %d\r\n\r\n" % (len(junk) + rng.randint(1, 10_000)) + junk

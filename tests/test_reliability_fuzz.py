@@ -22,9 +22,7 @@ def test_the_fuzzer_knows_every_method_the_server_has():
     assert registered <= set(fuzz.METHODS)
 
 
-def test_a_seeded_fuzz_run_has_no_crash_no_hang_and_answers_every_request(
-    tiny_model_dir, tmp_path
-):
+def test_a_seeded_fuzz_run_has_no_crash_no_hang_and_answers_every_request(tiny_model_dir, tmp_path):
     log = tmp_path / "server.log"
     args = fuzz.build_parser().parse_args(
         [
@@ -71,7 +69,7 @@ def test_the_issues_short_frame_is_logged_and_the_next_request_answered(tmp_path
             assert answer is not None and "result" in answer
             assert time.monotonic() - started < 10
             # The same for a lie far past the body, and for a header line split in two writes.
-            server.write(b"Content-Length: 900000\r\n\r\n{\"jsonrpc\"")
+            server.write(b'Content-Length: 900000\r\n\r\n{"jsonrpc"')
             request = encode({"jsonrpc": "2.0", "id": 3, "method": "memosight/stats"})
             server.write(request[:9])
             time.sleep(0.2)

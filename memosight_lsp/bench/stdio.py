@@ -69,16 +69,21 @@ class StdioServer:
         *,
         env: dict[str, str] | None = None,
         cwd: str | os.PathLike | None = None,
-        stderr: IO[bytes] | int | None = subprocess.DEVNULL,
+        stderr: IO[bytes] | int | str | None = subprocess.DEVNULL,
     ) -> None:
+        """stderr: a file, DEVNULL, or "collect" to keep the server's log lines in `log`."""
+        collect = stderr == "collect"
         self.proc = subprocess.Popen(
             list(command),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=stderr,
+            stderr=subprocess.PIPE if collect else stderr,  # type: ignore[arg-type]
             env=env,
             cwd=cwd,
         )
+        self.log: list[str] = []
+        if collect:
+            threading.Thread(target=self._read_log, name="stdio-log", daemon=True).start()
         self.responses: dict[Any, dict] = {}
         self.null_id_errors: list[dict] = []  # error responses with id null (parse errors...)
         self.notifications: Counter[str] = Counter()
@@ -164,6 +169,15 @@ class StdioServer:
         self.close_stdin()
 
     # -- reading --------------------------------------------------------------------------------
+    def _read_log(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.log.append(line.decode("utf-8", "replace").rstrip("\n"))
+
+    def log_lines(self, text: str) -> list[str]:
+        """The server's log lines so far that contain `text`."""
+        return [line for line in list(self.log) if text in line]
+
     def _read(self) -> None:
         out = self.proc.stdout
         assert out is not None
