@@ -23,6 +23,7 @@ from pygls.workspace import PositionCodec
 
 from memosight_lsp.completion.service import indexable as indexable_text
 from memosight_lsp.workspace import TextEdit, WorkspaceIndex
+from memosight_lsp.workspace.files import iter_source_files
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,9 @@ class WorkspaceIndexes:
                 current = self._indexes.get(root) is index
             if self._watch and current and not self._stopped:  # not removed meanwhile
                 index.start_watching()
+                caught = catch_up(index)  # changes between the scan's listing and the watch
+                if caught:
+                    message += f" ({caught} changed while indexing)"
         except Exception as err:  # a broken folder must not take the server down
             log.exception("indexing %s failed", root)
             message = f"indexing {name} failed: {err}"
@@ -222,6 +226,23 @@ class WorkspaceIndexes:
             index.close_buffer(path)
         except Exception:
             log.exception("closing the buffer %s failed", path)
+
+
+def catch_up(index: WorkspaceIndex) -> int:
+    """Re-index what changed on disk after the scan listed it and before the watcher started
+    (the watcher sees everything later); returns how many files it touched."""
+    disk = dict(iter_source_files(index.root, index.max_file_bytes))
+    touched = 0
+    for rel, info in disk.items():
+        known = index.symbols(rel)
+        if known is None or (known.size, known.mtime_ns) != (info.st_size, info.st_mtime_ns):
+            index.update_file(rel)
+            touched += 1
+    for rel in index.files():
+        if rel not in disk:
+            index.remove_file(rel)
+            touched += 1
+    return touched
 
 
 def to_edits(text: str, changes: Sequence[Change], codec: PositionCodec) -> list[TextEdit]:

@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 from . import cache
 from .buffers import Buffer, TextEdit
 from .extract import extract
-from .files import MAX_FILE_BYTES, is_binary, is_indexable, iter_source_files
+from .files import MAX_FILE_BYTES, is_binary, is_indexable, iter_source_files, read_regular_file
 from .languages import LanguageSpec, language_for, language_named, parser
 from .resolve import Resolver, Target
 from .symbols import Definition, FileSymbols, Import
@@ -90,9 +90,9 @@ class WorkspaceIndex:
         p = to_path(path)
         if not p.is_absolute():
             return p.as_posix()
-        try:
-            return p.resolve().relative_to(self.root).as_posix()
-        except ValueError:
+        try:  # the folders resolved, not the file: a symlink is named as itself, not its target
+            return (p.parent.resolve() / p.name).relative_to(self.root).as_posix()
+        except (ValueError, OSError, RuntimeError):
             return p.as_posix()
 
     def abspath(self, rel: str) -> Path:
@@ -150,11 +150,8 @@ class WorkspaceIndex:
         spec = language_for(rel)
         if spec is None:
             return None
-        try:
-            data = self.abspath(rel).read_bytes()
-        except OSError:
-            return None
-        if len(data) > self.max_file_bytes or is_binary(data):
+        data = read_regular_file(self.abspath(rel), self.max_file_bytes)
+        if data is None or is_binary(data):
             return None
         if old is not None and old.digest == content_digest(data):
             return replace(old, mtime_ns=mtime_ns)
@@ -311,9 +308,8 @@ class WorkspaceIndex:
         stamp = (stat.st_mtime_ns, stat.st_size)
         if hit is not None and hit[0] == stamp:
             return hit[1]
-        try:
-            data = file.read_bytes()
-        except OSError:
+        data = read_regular_file(file, self.max_file_bytes)
+        if data is None:
             return None
         unchanged = symbols is not None and (symbols.size, symbols.mtime_ns) == (
             stat.st_size,

@@ -122,11 +122,18 @@ class Watcher(FileSystemEventHandler):
                     self.index.remove_file(path)
                 elif action == _REMOVE_DIR:
                     self.index.remove_under(path)
-                elif action == _SCAN_DIR:
+                elif action == _SCAN_DIR:  # also what a folder deleted and made again left
+                    self.index.remove_file(path)  # a folder where a file was
+                    found = set()
                     for root, dirs, names in os.walk(path):
                         dirs[:] = [d for d in dirs if d not in VENDORED_DIRS]
                         for name in names:
                             self.index.update_file(os.path.join(root, name))
+                            found.add(self.index.relpath(os.path.join(root, name)))
+                    prefix = self.index.relpath(path).rstrip("/") + "/"
+                    for rel in self.index.files():
+                        if rel.startswith(prefix) and rel not in found:
+                            self.index.remove_file(rel)
                 else:
                     self.index.update_file(path)
                 changed.append(self.index.relpath(path))
