@@ -229,7 +229,7 @@ def test_a_full_disk_keeps_the_old_cache_whole_and_leaves_no_temp_file(disk_full
 
 
 def test_corrupt_heads_and_ngram_files_are_ignored_with_the_same_completions(disk_full, tmp_path):
-    session, _, _, _, options = disk_full
+    session, *_ = disk_full
     assert session.stats()["state"] == "ready"
     uri = session.open(tmp_path / "doc.py", DOC)
     text = session.inline(uri, *CURSOR)
