@@ -26,6 +26,9 @@ class ModelSettings:
     device: Device = "auto"  # auto: CUDA when available, else CPU
     dtype: Dtype = "auto"  # auto: float32 on CPU (lossless), bfloat16 on CUDA
     fim_format: str = "auto"  # auto, none, qwen, starcoder, deepseek, codellama, codegemma
+    # Load pickle weights (*.bin, *.pt: unpickling can run code). A user-only setting: honoured
+    # from initializationOptions alone (see USER_ONLY), so a repository cannot turn it on.
+    allow_pickle: bool = False
 
 
 @dataclass(kw_only=True)
@@ -146,6 +149,37 @@ def _parse_into(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
         except ValueError as err:
             problems.append(f"{where}: {err}; using the default")
     return cls(**values)
+
+
+# Settings a workspace must not choose (a repository can ship editor settings): honoured only
+# from initializationOptions, which editors fill from the user's own configuration (VS Code:
+# application-scoped settings, which workspace settings cannot set; Neovim: setup()).
+USER_ONLY: tuple[tuple[str, str], ...] = (("model", "allowPickle"),)
+
+
+def without_user_only(raw: Any, current: Settings) -> tuple[Any, list[str]]:
+    """`raw` (a settings update from anywhere but initializationOptions) without the user-only
+    settings, and the dotted names of those it tried to change (the same value is no attempt)."""
+    if not isinstance(raw, dict):
+        return raw, []
+    refused: list[str] = []
+    out = dict(raw)
+
+    def spelled(name: Any, wire: str) -> bool:  # every spelling parse_settings accepts
+        return name == wire or snake_to_camel(camel_to_snake(str(name))) == wire
+
+    for section, key in USER_ONLY:
+        for outer in [k for k in out if spelled(k, section) and isinstance(out[k], dict)]:
+            part = dict(out[outer])
+            for name in [k for k in part if spelled(k, key)]:
+                value = part.pop(name)
+                if value != getattr(getattr(current, section), camel_to_snake(key)):
+                    refused.append(f"{section}.{key}")
+            out[outer] = part
+    if isinstance(out.get("memosight"), dict):  # a tree wrapped once more
+        out["memosight"], more = without_user_only(out["memosight"], current)
+        refused += more
+    return out, refused
 
 
 def parse_settings(raw: Any) -> tuple[Settings, list[str]]:

@@ -26,8 +26,9 @@ class Session:
         env: dict[str, str] | None = None,
         configuration: dict | None = None,
         process_id: int | None = None,
+        cwd: Path | None = None,
     ) -> None:
-        self.server = StdioServer(command, env=python_env(env), stderr="collect")
+        self.server = StdioServer(command, env=python_env(env), cwd=cwd, stderr="collect")
         self.ids = itertools.count(1)
         if configuration is not None:  # the answer to workspace/configuration
             section = configuration

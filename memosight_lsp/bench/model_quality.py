@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
-    loaded = load_model(args.model, device="cpu")
+    loaded = load_model(args.model, device="cpu", allow_pickle=True)
     load_s = time.perf_counter() - started
     engine = CompletionEngine(loaded)
     corpora = {"stdlib_held_out": held_out_stdlib_files(loaded), "third_party": third_party_files()}

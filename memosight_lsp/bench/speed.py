@@ -467,7 +467,7 @@ def main(argv: list[str]) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        loaded = load_model(args.model, device="cpu", dtype="float32")
+        loaded = load_model(args.model, device="cpu", dtype="float32", allow_pickle=True)
     except ModelLoadError as err:
         sys.stderr.write(f"error: {err}\n")
         return 2

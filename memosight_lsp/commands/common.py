@@ -42,7 +42,14 @@ def add_position_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_model_from_args(args: argparse.Namespace) -> LoadedModel:
-    return load_model(args.model, device=args.device, dtype=args.dtype, fim_format=args.fim_format)
+    # The folder named on the command line is the user's own choice: pickle weights load too.
+    return load_model(
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        fim_format=args.fim_format,
+        allow_pickle=True,
+    )
 
 
 def fail(message: str, code: int = 2) -> int:

@@ -8,11 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Nothing here may reach a hub: models come from local folders only.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
+# Nothing here may reach a hub (the engine package sets the offline switches; every load below
+# is local_files_only) or run code from a model folder (trust_remote_code is always False).
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
@@ -22,6 +19,8 @@ from .fused_trunk import trunk_for
 
 EMBEDDED_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+# Weights stored as pickle: loading them can run code (see load_model's allow_pickle).
+PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
@@ -109,7 +108,7 @@ def load_tokenizer(path: str | os.PathLike | None = None) -> Any:
     """Just the tokenizer (for token counting without loading weights)."""
     folder, _ = model_folder(path)
     try:
-        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except Exception as err:  # transformers raises many types for broken tokenizer files
         raise ModelLoadError(f"cannot load the tokenizer in {folder}: {_one_line(err)}") from err
 
@@ -138,15 +137,30 @@ def load_model(
     device: str = "auto",
     dtype: str = "auto",
     fim_format: str = "auto",
+    allow_pickle: bool = False,
 ) -> LoadedModel:
-    """Load a causal LM and its tokenizer from a local folder (None: the embedded default)."""
+    """Load a causal LM and its tokenizer from a local folder (None: the embedded default).
+
+    Only safetensors weights load unless `allow_pickle` (unpickling a file can run code: the
+    server passes the user-only setting model.allowPickle, the command line True, since the
+    person typing --model chose the folder)."""
     started = time.perf_counter()
     hf_logging.disable_progress_bar()  # a bar per load is noise in editor logs and CLI output
     folder, embedded = model_folder(path)
+    if not allow_pickle and not any(folder.glob("*.safetensors")):
+        pickled = sorted(p.name for pattern in PICKLE_PATTERNS for p in folder.glob(pattern))
+        if pickled:
+            raise ModelLoadError(
+                f"{folder} has pickle weights only ({pickled[0]}); pickle can run code, so they "
+                "load only with memosight.model.allowPickle set in your user settings "
+                "(or convert them to safetensors)"
+            )
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    # True: refuse *.bin even where transformers would fall back to it; None: its own choice.
+    safetensors_only = None if allow_pickle else True
     try:
-        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except (ValueError, KeyError) as err:
         raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
     tokenizer = load_tokenizer(folder)
@@ -156,6 +170,8 @@ def load_model(
             config=config,
             dtype=torch_dtype,
             local_files_only=True,
+            trust_remote_code=False,
+            use_safetensors=safetensors_only,
             attn_implementation="sdpa",
         )
     except (torch.OutOfMemoryError, MemoryError) as err:
@@ -163,7 +179,12 @@ def load_model(
     except ValueError as err:
         if "sdpa" in str(err).lower() or "attention" in str(err).lower():
             model = AutoModelForCausalLM.from_pretrained(
-                folder, config=config, dtype=torch_dtype, local_files_only=True
+                folder,
+                config=config,
+                dtype=torch_dtype,
+                local_files_only=True,
+                trust_remote_code=False,
+                use_safetensors=safetensors_only,
             )
         else:
             raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err

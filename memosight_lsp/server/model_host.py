@@ -64,6 +64,7 @@ class ModelHost:
                 device=settings.device,
                 dtype=settings.dtype,
                 fim_format=settings.fim_format,
+                allow_pickle=settings.allow_pickle,
             )
         except ModelLoadError as err:
             self._fail(spec, str(err))

@@ -18,6 +18,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'model.device', default: 'auto' },
   { key: 'model.dtype', default: 'auto' },
   { key: 'model.fimFormat', default: 'auto' },
+  { key: 'model.allowPickle', default: false },
   { key: 'completion.maxNewTokens', default: 64 },
   { key: 'completion.multiline', default: 'auto' },
   { key: 'completion.midWord', default: 'complete' },
@@ -31,6 +32,10 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'compression.kvRatio', default: 4 },
   { key: 'compression.minPromptTokens', default: 2048 },
 ];
+
+/** Server settings a workspace must not set (application scope in package.json): read from the
+ * user's settings only, as the server honours them from initializationOptions only. */
+export const USER_ONLY_SETTINGS: readonly string[] = ['model.allowPickle'];
 
 /** Settings only the extension reads (how to start the server); never sent to the server. */
 export const CLIENT_SETTINGS: readonly string[] = [

@@ -57,6 +57,7 @@ local SETTINGS_SCHEMA = {
     device = { "auto", "cpu", "cuda" },
     dtype = { "auto", "float32", "bfloat16", "float16" },
     fimFormat = "string",
+    allowPickle = "boolean",
   },
   completion = {
     maxNewTokens = "number",

@@ -5,7 +5,7 @@ import { buildServerSettings, expandPath, needsRestart, SERVER_SETTINGS } from '
 const DEFAULTS = {
   enable: true,
   languages: {},
-  model: { path: null, device: 'auto', dtype: 'auto', fimFormat: 'auto' },
+  model: { path: null, device: 'auto', dtype: 'auto', fimFormat: 'auto', allowPickle: false },
   completion: {
     maxNewTokens: 64,
     multiline: 'auto',
@@ -38,7 +38,13 @@ describe('buildServerSettings', () => {
     const tree = buildServerSettings((key) => user[key]);
     assert.equal(tree.enable, false);
     assert.deepEqual(tree.languages, { markdown: false });
-    assert.deepEqual(tree.model, { path: '/models/qwen', device: 'cpu', dtype: 'auto', fimFormat: 'auto' });
+    assert.deepEqual(tree.model, {
+      path: '/models/qwen',
+      device: 'cpu',
+      dtype: 'auto',
+      fimFormat: 'auto',
+      allowPickle: false,
+    });
     assert.equal((tree.completion as Record<string, unknown>).maxNewTokens, 16);
     assert.equal((tree.completion as Record<string, unknown>).multiline, 'never');
     assert.equal((tree.context as Record<string, unknown>).budgetTokens, 256);
