@@ -85,6 +85,7 @@ class StdioServer:
         if collect:
             threading.Thread(target=self._read_log, name="stdio-log", daemon=True).start()
         self.responses: dict[Any, dict] = {}
+        self.received_at: dict[Any, float] = {}  # id -> time.monotonic() of its response
         self.null_id_errors: list[dict] = []  # error responses with id null (parse errors...)
         self.notifications: Counter[str] = Counter()
         self.statuses: list[dict] = []  # memosight/status params
@@ -230,6 +231,7 @@ class StdioServer:
             if msg_id is None:
                 self.null_id_errors.append(message)
             else:
+                self.received_at[msg_id] = time.monotonic()
                 self.responses[msg_id] = message
             self.cond.notify_all()
 

@@ -258,12 +258,18 @@ def _reply_id(data: Any) -> int | str | None:
     return msg_id
 
 
+# pygls log lines RobustProtocol replaces by its own, or that are routine (an editor cancels a
+# request whose answer is already on its way).
+_QUIET = ("Unable to deserialize message", "Cancel notification for unknown message id")
+
+
 class _ClientMistakes(logging.Filter):
     """pygls logs a full traceback for every message a client got wrong; RobustProtocol logs
-    one line for those, so drop pygls's copy (and keep tracebacks of real failures)."""
+    one line for those, so drop pygls's copy (and keep tracebacks of real failures), and the
+    routine lines of _QUIET."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if str(record.msg).startswith("Unable to deserialize message"):
+        if str(record.msg).startswith(_QUIET):
             return False
         if record.exc_info and isinstance(record.exc_info[1], JsonRpcException):
             record.exc_info = None
