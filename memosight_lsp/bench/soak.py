@@ -3,9 +3,11 @@
 A typist works through `--files` Python files (stdlib modules, on disk in a temporary workspace
 and open as buffers) at `--keys-per-second`: each keystroke is a didChange followed by an inline
 completion request, and a request still unanswered when the next key comes is cancelled with
-$/cancelRequest, as editors do. Every so often a suggestion is accepted (typed in whole) and the
-typist moves to another file. Once a minute the server's RSS, threads and open file descriptors
-are read from /proc and the client-side latency of the minute's answered requests summarised.
+$/cancelRequest, as editors do. At the end of each typed line the typist stops for up to
+`--pause-ms` to read the suggestion; now and then one is accepted (typed in whole), and every
+`--switch-seconds` the typist moves to another file. Once a minute the server's RSS, threads
+and open file descriptors are read from /proc and the client-side latency of the minute's
+answered requests summarised.
 
 Prints JSON: `minutes` (one row per minute: requests, answered, cancelled, errors, p50/p99 ms,
 rssMiB, threads, fds) and `summary`: every request answered or cancelled (`unanswered` must be
@@ -55,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--files", type=int, default=10)
     parser.add_argument("--lines", type=int, default=400, help="lines kept of each source file")
     parser.add_argument("--keys-per-second", type=float, default=8.0)
+    parser.add_argument(
+        "--pause-ms",
+        type=float,
+        default=1500,
+        help="at the end of each typed line the typist stops this long to read the suggestion",
+    )
     parser.add_argument("--accept-rate", type=float, default=0.05, help="per answered hint")
     parser.add_argument("--switch-seconds", type=float, default=20.0, help="time in one file")
     parser.add_argument("--max-new-tokens", type=int, default=16)
@@ -87,12 +95,12 @@ class Typist:
         self.column = len(lines[self.line])
         self.pending = "\n" + self.rng.choice(self.snippets)
 
-    def key(self) -> tuple[dict, str]:
-        """The didChange params of the next keystroke, and the character typed."""
+    def key(self) -> tuple[dict, bool]:
+        """The didChange params of the next keystroke, and whether it ended a line."""
         if not self.pending:
             self.pending = "\n" + self.rng.choice(self.snippets)
         char, self.pending = self.pending[0], self.pending[1:]
-        return self.insert(char), char
+        return self.insert(char), not self.pending
 
     def insert(self, text: str) -> dict:
         lines = self.lines[self.uri]
@@ -218,7 +226,7 @@ def soak(
         if time.monotonic() > next_switch:
             typist.switch()
             next_switch = time.monotonic() + args.switch_seconds
-        params, _ = typist.key()
+        params, line_end = typist.key()
         server.notify("textDocument/didChange", params)
         n += 1
         live = f"k{n}"
@@ -232,6 +240,9 @@ def soak(
                 "params": typist.cursor(),
             }
         )
+        if line_end and args.pause_ms > 0:  # read the suggestion before typing on
+            server.wait_for(live, args.pause_ms / 1000)
+            tick = time.monotonic()
         if time.monotonic() >= next_row:
             rows.append(report_row(server, row_ids, outcome, latency, started))
             row_ids = []
