@@ -8,13 +8,23 @@ import os
 import shutil
 import subprocess
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
 import pytest
 from raw_session import FAULT_SERVER, Session, no_caches, tiny_options
+from transformers import AutoModelForCausalLM
 
-from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR
+from memosight_lsp.engine.heads import (
+    HEADS_WEIGHTS,
+    HeadsConfig,
+    MedusaHeads,
+    lm_head_fingerprint,
+    model_dims,
+    save_heads,
+)
+from memosight_lsp.engine.ngram_model import NGRAMS_FILE
 from memosight_lsp.workspace import WorkspaceIndex
 from memosight_lsp.workspace import cache as index_cache
 
@@ -72,23 +82,57 @@ def read_only(folder: Path):
 
 @pytest.fixture(scope="module")
 def model_faults(tiny_model_dir, tmp_path_factory):
+    """One server for the faults in the model and in the index cache: a model it may lose, a
+    folder whose cache folder is read-only, one whose cache file is garbage."""
     tmp = tmp_path_factory.mktemp("model-faults")
     model = tmp / "model"
     shutil.copytree(tiny_model_dir, model)
     control = tmp / "fault"
+    xdg = tmp / "cache"
+    readonly_ws = make_workspace(tmp / "readonly", 30)
+    corrupt_ws = make_workspace(tmp / "corrupt", 20)
+    corrupt_cache = cache_dir_of(corrupt_ws, xdg) / index_cache.CACHE_FILE
+    corrupt_cache.parent.mkdir(parents=True)
+    corrupt_cache.write_bytes(b"\x93\xff not msgpack at all" * 50)
+    before = {ws: snapshot(ws) for ws in (readonly_ws, corrupt_ws)}
     options = tiny_options(model, **no_caches())
-    session = Session(
-        [],
-        options,
-        command=FAULT_SERVER,
-        env={"MEMOSIGHT_FAULT_FILE": str(control), "XDG_CACHE_HOME": str(tmp / "cache")},
-    )
-    session.wait_state("ready")
-    uri = session.open(tmp / "doc.py", DOC)
-    baseline = session.inline(uri, *CURSOR)
-    assert baseline
-    yield session, uri, baseline, control, model, options
-    session.stop()
+    with read_only(cache_dir_of(readonly_ws, xdg)) as locked:
+        session = Session(
+            [readonly_ws, corrupt_ws],
+            options,
+            command=FAULT_SERVER,
+            env={"MEMOSIGHT_FAULT_FILE": str(control), "XDG_CACHE_HOME": str(xdg)},
+        )
+        try:
+            session.wait_state("ready")
+            uri = session.open(tmp / "doc.py", DOC)
+            baseline = session.inline(uri, *CURSOR)
+            assert baseline
+            session.wait_until(
+                lambda: (
+                    session.index_files()
+                    == {str(readonly_ws.resolve()): 30, str(corrupt_ws.resolve()): 20}
+                ),
+                what="both folders indexed",
+            )
+            yield ModelFaults(
+                session, uri, baseline, control, model, options, before, locked, corrupt_cache
+            )
+        finally:
+            session.stop()
+
+
+@dataclass
+class ModelFaults:
+    session: Session
+    uri: str
+    baseline: str
+    control: Path
+    model: Path
+    options: dict
+    workspaces: dict[Path, dict]
+    locked_cache: Path
+    corrupt_cache: Path
 
 
 @pytest.mark.parametrize(
@@ -102,7 +146,12 @@ def model_faults(tiny_model_dir, tmp_path_factory):
 def test_a_forward_pass_failing_mid_decode_answers_empty_and_the_next_one_is_whole(
     model_faults, order, error
 ):
-    session, uri, baseline, control, _, _ = model_faults
+    session, uri, baseline, control = (
+        model_faults.session,
+        model_faults.uri,
+        model_faults.baseline,
+        model_faults.control,
+    )
     errors = session.stats()["errors"]
     control.write_text(order)  # three attention calls pass (the prefill), the fourth fails
     try:
@@ -118,7 +167,8 @@ def test_a_forward_pass_failing_mid_decode_answers_empty_and_the_next_one_is_who
 
 
 def test_the_model_folder_deleted_while_loaded(model_faults, tiny_model_dir):
-    session, uri, baseline, _, model, options = model_faults
+    session, uri, baseline = model_faults.session, model_faults.uri, model_faults.baseline
+    model, options = model_faults.model, model_faults.options
     shutil.rmtree(model)
     assert session.inline(uri, *CURSOR) == baseline  # the weights are in memory
     seen = len(session.server.statuses)
@@ -139,37 +189,12 @@ def test_the_model_folder_deleted_while_loaded(model_faults, tiny_model_dir):
 # -- faults in the index cache ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def cache_faults(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cache-faults")
-    xdg = tmp / "cache"
-    readonly_ws = make_workspace(tmp / "readonly", 30)
-    corrupt_ws = make_workspace(tmp / "corrupt", 20)
-    corrupt_cache = cache_dir_of(corrupt_ws, xdg) / index_cache.CACHE_FILE
-    corrupt_cache.parent.mkdir(parents=True)
-    corrupt_cache.write_bytes(b"\x93\xff not msgpack at all" * 50)
-    before = {ws: snapshot(ws) for ws in (readonly_ws, corrupt_ws)}
-    with read_only(cache_dir_of(readonly_ws, xdg)) as locked:
-        session = Session(
-            [readonly_ws, corrupt_ws],
-            {"model": {"path": "/nonexistent"}},
-            env={"XDG_CACHE_HOME": str(xdg)},
-        )
-        try:
-            session.wait_until(
-                lambda: (
-                    session.index_files()
-                    == {str(readonly_ws.resolve()): 30, str(corrupt_ws.resolve()): 20}
-                ),
-                what="both folders indexed",
-            )
-            yield session, before, locked, corrupt_cache
-        finally:
-            session.stop()
-
-
-def test_a_read_only_cache_folder_is_reported_and_the_index_still_serves(cache_faults):
-    session, before, locked, _ = cache_faults
+def test_a_read_only_cache_folder_is_reported_and_the_index_still_serves(model_faults):
+    session, before, locked = (
+        model_faults.session,
+        model_faults.workspaces,
+        model_faults.locked_cache,
+    )
     lines = session.server.log_lines(f"could not write index cache {locked}")
     assert lines and ("Operation not permitted" in lines[0] or "Permission denied" in lines[0])
     assert list(locked.iterdir()) == []
@@ -177,8 +202,8 @@ def test_a_read_only_cache_folder_is_reported_and_the_index_still_serves(cache_f
         assert snapshot(ws) == files  # nothing written into the workspace
 
 
-def test_a_corrupt_index_cache_is_rebuilt(cache_faults):
-    session, _, _, corrupt_cache = cache_faults
+def test_a_corrupt_index_cache_is_rebuilt(model_faults):
+    session, corrupt_cache = model_faults.session, model_faults.corrupt_cache
     assert len(session.server.log_lines(f"index cache {corrupt_cache} is corrupt")) == 1
     root = Path(next(r for r in session.index_files() if r.endswith("corrupt")))
     assert len(index_cache.load(corrupt_cache, root)) == 20
@@ -188,8 +213,24 @@ def test_a_corrupt_index_cache_is_rebuilt(cache_faults):
 # -- a full disk, and a model with corrupt draft files -------------------------------------------
 
 
+def with_corrupt_draft_files(tiny_model_dir: Path, model: Path) -> Path:
+    """A copy of the model with heads made for it (by the project's own code) and then cut in
+    half, and an n-gram table that is no table at all."""
+    shutil.copytree(tiny_model_dir, model)
+    loaded = AutoModelForCausalLM.from_pretrained(model)
+    hidden, vocab = model_dims(loaded)
+    config = HeadsConfig(
+        num_heads=2, hidden_size=hidden, vocab_size=vocab, fingerprint=lm_head_fingerprint(loaded)
+    )
+    save_heads(MedusaHeads(hidden, 2), config, model)
+    heads = model / HEADS_WEIGHTS
+    heads.write_bytes(heads.read_bytes()[: heads.stat().st_size // 2])
+    (model / NGRAMS_FILE).write_bytes(b"PK\x03\x04 this is no zip" * 100)
+    return model
+
+
 @pytest.fixture(scope="module")
-def disk_full(tmp_path_factory):
+def disk_full(tiny_model_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("disk-full")
     xdg = tmp / "cache"
     ws = make_workspace(tmp / "ws", 120)
@@ -199,12 +240,7 @@ def disk_full(tmp_path_factory):
     assert len(old_cache) > 8192
     for i in range(0, 120, 6):
         (ws / f"pkg{i % 10}" / f"mod{i}.py").write_text(f"def changed_{i}():\n    return {i}\n")
-    # The embedded model with its heads file cut in half and its n-gram table overwritten.
-    model = tmp / "model"
-    shutil.copytree(EMBEDDED_MODEL_DIR, model)
-    heads = model / "heads.safetensors"
-    heads.write_bytes(heads.read_bytes()[: heads.stat().st_size // 2])
-    (model / "ngrams.npz").write_bytes(b"PK\x03\x04 this is no zip" * 100)
+    model = with_corrupt_draft_files(tiny_model_dir, tmp / "model")
     options = {"model": {"path": str(model)}, "completion": {"maxNewTokens": 16, **no_caches()}}
     session = Session(
         [ws],
@@ -234,8 +270,10 @@ def test_corrupt_heads_and_ngram_files_are_ignored_with_the_same_completions(dis
     uri = session.open(tmp_path / "doc.py", DOC)
     text = session.inline(uri, *CURSOR)
     assert text
-    assert session.server.log_lines("heads.safetensors")
-    assert session.server.log_lines("ngrams.npz")
+    assert any(
+        "ignoring unreadable" in line and HEADS_WEIGHTS in line for line in session.server.log
+    )
+    assert any("unreadable n-gram table" in line for line in session.server.log)
     # The answers are exact all the same: plain greedy decoding gives the same text.
     session.configure({"completion": {"speculative": False}})
     assert session.inline(uri, *CURSOR) == text

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -214,11 +215,13 @@ def test_a_client_that_disappears_leaves_no_process_behind(tiny_model_dir, tmp_p
     editor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     options = {"model": {"path": str(tiny_model_dir)}}
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
-    closing = Session([tmp_path], options, env=env)
-    orphaned = Session([tmp_path], options, env=env, process_id=editor.pid)
+    with ThreadPoolExecutor(2) as pool:  # both start at once
+        starting = pool.submit(Session, [tmp_path], options, env=env)
+        orphaned = Session([tmp_path], NO_MODEL, env=env, process_id=editor.pid)
+        closing = starting.result()
     try:
+        closing.wait_state("ready")
         for session in (closing, orphaned):
-            session.wait_state("ready")
             uri = session.open(tmp_path / "a.py", "def f(x):\n    return x\n\n\ndef g(y):\n    ")
             session.server.send(
                 {

@@ -607,6 +607,9 @@ def run_lifecycle(args: argparse.Namespace, root: Path, log: Any, variant: int) 
     expect("init-again", "initialize", init, -32600)
     server.notify("initialized", {})
     sent += 1
+    if variant == 0:  # the frame: 5 bytes announced, 3 sent; what follows is answered
+        server.write(b"Content-Length: 5\r\n\r\nabc")
+        sent += 1
     expect("stats", "memosight/stats", {}, None)
     code = None
     if variant == 0:  # shutdown, then requests, then exit: code 0
