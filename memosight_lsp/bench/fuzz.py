@@ -37,6 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from memosight_lsp.config import Settings, settings_to_wire
+
 from .stdio import SERVER_COMMAND, StdioServer, encode, frame, proc_status, python_env
 
 # Every method the server registers (server/features.py and pygls's built-ins), requests and
@@ -400,10 +402,13 @@ class Session:
             raise RuntimeError("the server did not answer the first completion")
 
     def settings(self) -> dict:
-        return {
-            "model": {"path": self.args.model},
-            "completion": {"maxNewTokens": 8, "debounceMs": 0},
-        }
+        """The whole settings tree (defaults but for the model and a short completion): sent
+        after each batch, it undoes whatever the fuzzed settings changed."""
+        tree = settings_to_wire(Settings())
+        tree["model"]["path"] = self.args.model
+        tree["completion"]["maxNewTokens"] = 8
+        tree["languages"] = {"python": True}
+        return tree
 
     def start(self) -> StdioServer:
         env = python_env({"XDG_CACHE_HOME": str(self.root / ".cache")})
