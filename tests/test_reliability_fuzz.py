@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from memosight_lsp.bench import fuzz
+from memosight_lsp.bench.fuzz import BIG
 from memosight_lsp.server.main import build_server
 
 pytestmark = pytest.mark.slow
@@ -52,3 +55,16 @@ def test_a_seeded_fuzz_run_has_no_crash_no_hang_and_answers_every_request(tiny_m
     assert result["exitCode"] == 0
     # The frame (5 bytes announced, 3 sent) was skipped with one line, and answered after.
     assert "next header began after 3; dropped them and resynchronised" in log.read_text()
+
+
+def test_a_huge_string_where_a_list_belongs_is_refused_at_once():
+    # cattrs iterates any string given for a list: 10 MB took minutes of the event loop.
+    server = build_server()
+    try:
+        started = time.monotonic()
+        params = {"notebookDocument": {"uri": "file:///n.ipynb"}, "cellTextDocuments": "x" * BIG}
+        message = {"jsonrpc": "2.0", "method": "notebookDocument/didClose", "params": params}
+        assert server.protocol.structure_message(message).jsonrpc == "answered"  # refused
+        assert time.monotonic() - started < 1.0
+    finally:
+        server.stop_worker()

@@ -281,11 +281,43 @@ class _ClientMistakes(logging.Filter):
 _PYGLS_LOG = logging.getLogger("pygls.protocol.json_rpc")
 
 
+def guard_sequences(converter: Any) -> None:
+    """Only JSON arrays become sequences. cattrs structures any iterable as one: a 10 MB string
+    where the LSP types want a list was 10 million elements, one exception per character, the
+    event loop stuck for minutes (found by `memosight bench fuzz --seed 1`)."""
+    from cattrs.cols import (
+        homogenous_tuple_structure_factory,
+        is_mutable_sequence,
+        is_sequence,
+        list_structure_factory,
+    )
+
+    def guarded(factory: Any) -> Any:
+        def make(cl: Any, conv: Any) -> Any:
+            inner = factory(cl, conv)
+
+            def structure(obj: Any, target: Any) -> Any:
+                if not isinstance(obj, list | tuple):
+                    raise TypeError(f"expected an array, not {type(obj).__name__}")
+                return inner(obj, target)
+
+            return structure
+
+        return make
+
+    # Registered later, tried first: lists get the list hook, other sequences the tuple one.
+    converter.register_structure_hook_factory(
+        is_sequence, guarded(homogenous_tuple_structure_factory)
+    )
+    converter.register_structure_hook_factory(is_mutable_sequence, guarded(list_structure_factory))
+
+
 class RobustProtocol(LanguageServerProtocol):
     _initialize_seen = False
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, server: Any, converter: Any) -> None:
+        guard_sequences(converter)  # before the first message builds any structure hook
+        super().__init__(server, converter)
         if not any(isinstance(f, _ClientMistakes) for f in _PYGLS_LOG.filters):
             _PYGLS_LOG.addFilter(_ClientMistakes())
 
