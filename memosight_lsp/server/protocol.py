@@ -332,11 +332,11 @@ class RobustProtocol(LanguageServerProtocol):
             return super().structure_message(data)
         except JsonRpcException as err:
             method = data.get("method") if isinstance(data, dict) else None
-            if isinstance(data, dict) and "id" in data and method:
-                log.warning("invalid params for %s (id %s)", method, data.get("id"))
-                error = JsonRpcInvalidParams(f"invalid params for {method}: {err.message}")
+            if isinstance(data, dict) and "id" in data and "method" in data:  # a request
+                log.warning("invalid params for %.80r (id %s)", method, data.get("id"))
+                error = JsonRpcInvalidParams(f"invalid params for {method!r}: {err.message}")
                 self.send_error(_reply_id(data), error.code, error.message)
-            elif isinstance(data, dict) and "id" in data and not method:
+            elif isinstance(data, dict) and "id" in data:
                 # A malformed answer to one of our requests: fail that request, do not leave
                 # whoever awaits it waiting forever.
                 future = self._request_futures.pop(data.get("id"), None)  # type: ignore[arg-type]
