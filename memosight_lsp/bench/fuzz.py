@@ -9,13 +9,17 @@ messages, each mixing:
   every `--big-every` messages, a 10 MB string;
 - floods of didChange with random edits (in and out of range, stale versions, whole-text
   replacements) against random open and unknown documents, with completions in between.
-After each batch the base settings are restored and a well-formed completion must be answered
-within `--hang-seconds` (10 s). Separate short sessions check the lifecycle out of order:
-requests before `initialize`, a second `initialize`, requests after `shutdown`, `exit` without
-`shutdown`, and a client that closes stdin.
+After each batch (once its own requests are answered: each may be a model run, and on a busy
+machine they queue; more than 60 s counts as a hang) the base settings are restored and a
+well-formed completion must be answered within `--hang-seconds` (10 s). Separate short
+sessions check the lifecycle out of order: requests before `initialize`, a second `initialize`,
+the issue's short frame, requests after `shutdown`, `exit` without `shutdown`, and a client that
+closes stdin.
 
-Prints JSON: messages (by kind), crashes (the process died), hangs (no liveness answer in time),
-unanswered (fuzzed requests with a string or int id that never got any response), errorResponses
+Prints JSON: messages (by kind), crashes (the process died), hangs (no liveness answer in time;
+a hung server is killed and the run goes on with a new one), liveness (answers, the median and
+slowest, the slowest batch to be answered), unanswered (fuzzed requests with a string or int id
+that never got a response from a server that did not hang), errorResponses
 by code (expected: the fuzz sends invalid requests; -32603 is a handler failing on bad input),
 badOutput (stdout that is no frame), serverTracebacks (in the server's log), rss (start after
 the first batch, peak, end after closing every document) and lifecycle violations.
@@ -29,6 +33,7 @@ import os
 import random
 import shlex
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -460,6 +465,20 @@ class Session:
         )
 
 
+DRAIN_SECONDS = 60.0
+
+
+def drain(server: StdioServer, tracked: dict, timeout: float) -> float | None:
+    """Seconds until every tracked request sent to `server` is answered (None: not in time)."""
+    started = time.monotonic()
+    waiting = [i for i, (to, _) in tracked.items() if to is server and i not in server.responses]
+    for msg_id in waiting:
+        left = timeout - (time.monotonic() - started)
+        if left <= 0 or server.wait_for(msg_id, left) is None:
+            return None
+    return time.monotonic() - started
+
+
 def server_command(args: argparse.Namespace) -> list[str]:
     return shlex.split(args.server) if args.server else list(SERVER_COMMAND)
 
@@ -475,13 +494,15 @@ def run_main_session(args: argparse.Namespace, root: Path, log: Any) -> dict[str
     rng = random.Random(args.seed)
     fuzzer = Fuzzer(rng, root, args.big_every)
     kinds: Counter[str] = Counter()
-    tracked: dict[Any, str] = {}  # id -> what was sent, for the report
+    tracked: dict[Any, tuple[StdioServer, str]] = {}  # id -> (to whom, what), for the report
     crashes: list[dict] = []
     hangs: list[dict] = []
     rss: list[int] = []
     started = time.monotonic()
     session = Session(args, root, log)
-    liveness = {"answered": 0, "withText": 0, "errors": 0}
+    liveness: dict[str, Any] = {"answered": 0, "withText": 0, "errors": 0}
+    drains: list[float | None] = []
+    live_ms: list[float] = []
     sent = batch_no = 0
     servers = [session.server]
     while sent < args.messages and time.monotonic() - started < args.seconds:
@@ -503,7 +524,7 @@ def run_main_session(args: argparse.Namespace, root: Path, log: Any) -> dict[str
                             {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
                         )
                         if isinstance(msg_id, str | int) and not isinstance(msg_id, bool):
-                            tracked[msg_id] = method
+                            tracked[msg_id] = (session.server, method)
                     else:
                         params = fuzzer.docs.did_change()
                         session.server.notify("textDocument/didChange", params)
@@ -514,11 +535,17 @@ def run_main_session(args: argparse.Namespace, root: Path, log: Any) -> dict[str
                 kinds["wrongShape"] += 1
                 session.server.send(message)
                 if msg_id is not None:
-                    tracked[msg_id] = json.dumps(message)[:300]
+                    tracked[msg_id] = (session.server, json.dumps(message)[:300])
                 sent += 1
+        # The batch's own requests first (each may be a model run: on a loaded machine they
+        # queue for seconds), then the liveness completion on a server that has caught up.
+        drained = drain(session.server, tracked, DRAIN_SECONDS)
+        drains.append(drained)
         session.restore()
-        answer = session.live()
+        asked = time.monotonic()
+        answer = session.live() if drained is not None else None
         if answer is not None:
+            live_ms.append((time.monotonic() - asked) * 1000)
             liveness["answered"] += 1
             if "error" in answer:
                 liveness["errors"] += 1
@@ -529,24 +556,41 @@ def run_main_session(args: argparse.Namespace, root: Path, log: Any) -> dict[str
                 rss.append(status["rssKiB"])
             continue
         died = not session.server.alive()
-        record = {"batch": batch_no, "afterMessages": sent, "exitCode": session.server.proc.poll()}
-        (crashes if died else hangs).append(record)
-        if not died:
-            os.kill(session.server.pid, signal.SIGUSR1)  # a stack dump, where a wrapper asks
-            time.sleep(1.0)
+        record: dict[str, Any] = {"batch": batch_no, "afterMessages": sent}
+        if died:
+            record["exitCode"] = session.server.proc.poll()
+            crashes.append(record)
+        else:
+            hangs.append(record)
+            if args.server:
+                os.kill(session.server.pid, signal.SIGUSR1)  # a stack dump, where asked
+            if drained is None:
+                record["stuck"] = f"the batch's requests unanswered after {DRAIN_SECONDS:.0f}s"
+            else:  # stuck or only slow? Wait a minute more for that answer before giving up
+                late = session.server.wait_for(f"live-{session.checks}", 60)
+                record["answeredAfterS"] = round(time.monotonic() - asked, 1) if late else None
         session.server.kill()
         session = Session(args, root, log)  # go on with a fresh server
         servers.append(session.server)
     # Close what was opened, then measure memory once more.
     for uri in sorted(fuzzer.docs.open):
         session.server.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    drain(session.server, tracked, DRAIN_SECONDS)
     session.live(60)
     end = proc_status(session.server.pid)
-    time.sleep(1.0)
+    # Requests to a server killed for a hang are that hang, not unanswered on top of it.
+    lost = {id(s) for s in servers[:-1]}
     unanswered = []
-    for msg_id in tracked:
-        if not any(msg_id in s.responses for s in servers):
-            unanswered.append(f"{msg_id}: {tracked[msg_id]}")
+    for msg_id, (server, what) in tracked.items():
+        if id(server) not in lost and msg_id not in server.responses:
+            unanswered.append(f"{msg_id}: {what}")
+    if unanswered and args.server:
+        os.kill(session.server.pid, signal.SIGUSR1)  # a stack dump, where a wrapper asks
+        time.sleep(1.0)
+    done = [d for d in drains if d is not None]
+    liveness["batchDrainMaxS"] = round(max(done), 1) if done else None
+    liveness["p50Ms"] = round(statistics.median(live_ms), 1) if live_ms else None
+    liveness["maxMs"] = round(max(live_ms), 1) if live_ms else None
     codes: Counter[int] = Counter()
     for server in servers:
         for response in list(server.responses.values()) + server.null_id_errors:
