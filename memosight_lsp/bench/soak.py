@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="at the end of each typed line the typist stops this long to read the suggestion",
     )
     parser.add_argument("--accept-rate", type=float, default=0.05, help="per answered hint")
-    parser.add_argument("--switch-seconds", type=float, default=20.0, help="time in one file")
+    # 6 s: the typist has been in all 10 files (each with its KV cache) by the end of minute 1.
+    parser.add_argument("--switch-seconds", type=float, default=6.0, help="time in one file")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--interval", type=float, default=60.0, help="seconds per report row")
