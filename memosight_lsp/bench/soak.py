@@ -4,10 +4,10 @@ A typist works through `--files` Python files (stdlib modules, on disk in a temp
 and open as buffers) at `--keys-per-second`: each keystroke is a didChange followed by an inline
 completion request, and a request still unanswered when the next key comes is cancelled with
 $/cancelRequest, as editors do. At the end of each typed line the typist stops for up to
-`--pause-ms` to read the suggestion; now and then one is accepted (typed in whole), and every
-`--switch-seconds` the typist moves to another file. Once a minute the server's RSS, threads
-and open file descriptors are read from /proc and the client-side latency of the minute's
-answered requests summarised.
+`--pause-ms` to read the suggestion; now and then one is accepted (typed in whole). In the first
+minute the typist visits every file once, then moves to another one every `--switch-seconds`.
+Once a minute the server's RSS, threads and open file descriptors are read from /proc and the
+client-side latency of the minute's answered requests summarised.
 
 Prints JSON: `minutes` (one row per minute: requests, answered, cancelled, errors, p50/p99 ms,
 rssMiB, threads, fds) and `summary`: every request answered or cancelled (`unanswered` must be
@@ -64,8 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="at the end of each typed line the typist stops this long to read the suggestion",
     )
     parser.add_argument("--accept-rate", type=float, default=0.05, help="per answered hint")
-    # 6 s: the typist has been in all 10 files (each with its KV cache) by the end of minute 1.
-    parser.add_argument("--switch-seconds", type=float, default=6.0, help="time in one file")
+    parser.add_argument(
+        "--switch-seconds",
+        type=float,
+        default=20.0,
+        help="time in one file; in the first minute the typist visits every file once, so the "
+        "caches of all of them are warm when the RSS baseline is taken",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--interval", type=float, default=60.0, help="seconds per report row")
@@ -209,7 +214,7 @@ def soak(
     started = time.monotonic()
     end = started + args.minutes * 60
     next_row = started + args.interval
-    next_switch = started + args.switch_seconds
+    next_switch = started + 60 / max(1, len(texts))
     live: str | None = None  # the request of the last keystroke
     n = 0
     row_ids: list[str] = []
@@ -226,7 +231,9 @@ def soak(
                 server.notify("textDocument/didChange", typist.insert(text))
         if time.monotonic() > next_switch:
             typist.switch()
-            next_switch = time.monotonic() + args.switch_seconds
+            warming = time.monotonic() - started < 60  # the first minute: a tour of every file
+            stay = 60 / max(1, len(texts)) if warming else args.switch_seconds
+            next_switch = time.monotonic() + stay
         params, line_end = typist.key()
         server.notify("textDocument/didChange", params)
         n += 1
@@ -252,8 +259,12 @@ def soak(
     while time.monotonic() < deadline and len(outcome) < len(sent):
         collect(server, sent, outcome, latency)
         time.sleep(0.1)
-    if row_ids:
+    if row_ids:  # the keystrokes after the last full row: part of that row
+        if rows:
+            row_ids = rows.pop()["ids"] + row_ids
         rows.append(report_row(server, row_ids, outcome, latency, started))
+    for row in rows:
+        row.pop("ids")
     stats = server.request("stats", "memosight/stats", {}, 30)
     return {"minutes": rows, "summary": summarise(rows, sent, outcome), "serverStats": stats}
 
@@ -280,6 +291,7 @@ def report_row(server, ids, outcome, latency, started) -> dict[str, Any]:
     times = [latency[i] for i in ids if i in latency]
     status = proc_status(server.pid)
     return {
+        "ids": ids,
         "minute": round((time.monotonic() - started) / 60, 2),
         "requests": len(ids),
         "answered": sum(outcome.get(i) == "answered" for i in ids),
