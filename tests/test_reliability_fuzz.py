@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 
 import pytest
@@ -66,5 +68,57 @@ def test_a_huge_string_where_a_list_belongs_is_refused_at_once():
         message = {"jsonrpc": "2.0", "method": "notebookDocument/didClose", "params": params}
         assert server.protocol.structure_message(message).jsonrpc == "answered"  # refused
         assert time.monotonic() - started < 1.0
+    finally:
+        server.stop_worker()
+
+
+class Collect:
+    """A writer that keeps what the server sends."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def close(self) -> None:
+        pass
+
+
+async def test_notifications_leave_no_future_behind():
+    # pygls kept one future per didChange in _request_futures for as long as the server ran.
+    server = build_server()
+    protocol = server.protocol
+    protocol.set_writer(Collect())
+    try:
+
+        def send(message: dict) -> None:
+            protocol.handle_body(json.dumps({"jsonrpc": "2.0", **message}).encode())
+
+        init = {"processId": None, "rootUri": None, "capabilities": {}}
+        send(
+            {
+                "id": 1,
+                "method": "initialize",
+                "params": {**init, "initializationOptions": {"enable": False}},
+            }
+        )
+        doc = {"uri": "file:///t/a.py", "languageId": "python", "version": 1, "text": "x = 1\n"}
+        send({"method": "textDocument/didOpen", "params": {"textDocument": doc}})
+        for version in range(2, 502):
+            at = {"line": 0, "character": 0}
+            change = {"range": {"start": at, "end": at}, "text": "a"}
+            send(
+                {
+                    "method": "textDocument/didChange",
+                    "params": {
+                        "textDocument": {"uri": doc["uri"], "version": version},
+                        "contentChanges": [change],
+                    },
+                }
+            )
+        await asyncio.sleep(0.1)
+        assert server.document(doc["uri"]).version == 501  # the edits were applied
+        assert len(protocol._request_futures) < 5
     finally:
         server.stop_worker()

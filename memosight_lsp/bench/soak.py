@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .stdio import StdioServer, proc_status, python_env
+from .stdio import SERVER_COMMAND, StdioServer, proc_status, python_env
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 SOURCES = (
@@ -75,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--interval", type=float, default=60.0, help="seconds per report row")
     parser.add_argument("--log-file", help="the server's log (default: discarded)")
+    parser.add_argument(
+        "--server", help="the server command (default: this Python's -m memosight_lsp)"
+    )
     return parser
 
 
@@ -167,7 +171,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         typist = Typist(rng, texts, snippets())
         log = open(args.log_file, "ab") if args.log_file else None  # noqa: SIM115
         env = python_env({"XDG_CACHE_HOME": str(Path(tmp) / "cache")})
-        server = StdioServer(env=env, cwd=tmp, stderr=log or subprocess.DEVNULL)
+        command = shlex.split(args.server) if args.server else SERVER_COMMAND
+        server = StdioServer(command, env=env, cwd=tmp, stderr=log or subprocess.DEVNULL)
         try:
             return soak(args, server, root, texts, typist, rng)
         finally:
@@ -306,8 +311,9 @@ def report_row(server, ids, outcome, latency, started) -> dict[str, Any]:
 
 
 def summarise(rows, sent, outcome) -> dict[str, Any]:
-    after_first = rows[1:] or rows
-    base = rows[0]["rssMiB"] if rows else None
+    first = next((i for i, r in enumerate(rows) if r["minute"] >= 1.0), 0)  # end of minute 1
+    after_first = rows[first + 1 :] or rows[first:]
+    base = rows[first]["rssMiB"] if rows else None
     last = rows[-1]["rssMiB"] if rows else None
     p99s = [r["p99Ms"] for r in rows if r["p99Ms"] is not None]
     return {

@@ -321,6 +321,18 @@ class RobustProtocol(LanguageServerProtocol):
         if not any(isinstance(f, _ClientMistakes) for f in _PYGLS_LOG.filters):
             _PYGLS_LOG.addFilter(_ClientMistakes())
 
+    def _execute_handler(self, msg_id, handler, callback, args=None, kwargs=None):  # type: ignore[override]
+        # pygls keeps the future of every notification whose handler is a generator or a
+        # coroutine (its built-in didOpen/didChange/didClose are generators) in
+        # _request_futures and never drops it: a future per keystroke, for as long as the server
+        # runs (found by the soak). Drop each one once it is done.
+        def done(future: Any) -> None:
+            if self._request_futures.get(msg_id) is future:
+                del self._request_futures[msg_id]
+            callback(future)
+
+        super()._execute_handler(msg_id, handler, done, args, kwargs)
+
     def send_error(self, msg_id: int | str | None, code: int, message: str) -> None:
         """A JSON-RPC error response (written as a plain object: the id may be null)."""
         self._send_data(
