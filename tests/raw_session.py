@@ -104,7 +104,8 @@ class Session:
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:
-                raise AssertionError(f"{what} not met within {timeout}s")
+                indexes = self.index_files() if self.server.alive() else "server gone"
+                raise AssertionError(f"{what} not met within {timeout}s (indexes: {indexes})")
             time.sleep(0.1)
 
     def index_files(self) -> dict[str, int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,9 +18,12 @@ from pathlib import Path
 
 import pytest
 from raw_session import Session
+from watchdog.events import FileCreatedEvent, FileDeletedEvent, FileModifiedEvent
 
 from memosight_lsp.bench.stdio import children_of
+from memosight_lsp.workspace import WorkspaceIndex
 from memosight_lsp.workspace.files import iter_source_files
+from memosight_lsp.workspace.watcher import BURST, Watcher
 
 pytestmark = pytest.mark.slow
 
@@ -175,7 +179,14 @@ def test_a_git_checkout_of_5000_files_under_the_watcher(tiny_model_dir, memory_t
         root = str(repo.resolve())
         session.wait_until(lambda: session.index_files().get(root) == 5000, timeout=120)
         session.wait_state("ready")
-        git("checkout", "-q", "other")  # 4,500 files rewritten, 500 deleted, 700 added
+        # The server stopped while git runs (a starved or suspended process): the kernel's
+        # inotify queue overflows and events are lost, as under a slow watcher.
+        os.kill(session.server.pid, signal.SIGSTOP)
+        try:  # to and fro, then to: 4,500 files rewritten, 500 deleted, 700 added, 3 times over
+            for branch in ("other", "main", "other"):
+                git("checkout", "-q", branch)
+        finally:
+            os.kill(session.server.pid, signal.SIGCONT)
         session.wait_until(lambda: session.index_files().get(root) == 5200, timeout=120)
         text = "from pkg7.mod7 import new_function_7\nfrom pkg8.mod8 import old_function_8\n\n"
 
@@ -249,3 +260,35 @@ def test_a_client_that_disappears_leaves_no_process_behind(tiny_model_dir, tmp_p
         editor.kill()
         closing.server.kill()
         orphaned.server.kill()
+
+
+def test_watcher_batches_are_applied_in_the_order_they_came(tmp_path):
+    # A long flush (a checkout's worth of changes) and the next batch used to run side by side:
+    # a file deleted in the first and made again in the second ended up dropped.
+    root = tmp_path / "ws"
+    files = [root / "a" / f"f{i}.py" for i in range(BURST - 100)]  # under a burst: no re-scan
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(100))
+    for path in files:
+        write(path, body)
+    last = root / "zz.py"  # sorted after everything else: the first batch reaches it last
+    write(last, "def z():\n    pass\n")
+    index = WorkspaceIndex(root, use_cache=False)
+    index.scan()
+    watcher = Watcher(index, debounce_s=60)  # no timer fires by itself during the test
+    try:
+        for path in files:
+            path.write_text(body + "y = 2\n")
+            watcher.on_any_event(FileModifiedEvent(str(path)))
+        last.unlink()
+        watcher.on_any_event(FileDeletedEvent(str(last)))
+        first = threading.Thread(target=watcher.flush)
+        first.start()
+        time.sleep(0.05)  # the first batch is busy with its files
+        write(last, "def z():\n    return 1\n")
+        watcher.on_any_event(FileCreatedEvent(str(last)))
+        watcher.flush()
+        first.join()
+        assert "zz.py" in index.files()
+        assert len(index) == len(files) + 1
+    finally:
+        watcher.stop()

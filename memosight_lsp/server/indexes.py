@@ -23,7 +23,7 @@ from pygls.workspace import PositionCodec
 
 from memosight_lsp.completion.service import indexable as indexable_text
 from memosight_lsp.workspace import TextEdit, WorkspaceIndex
-from memosight_lsp.workspace.files import iter_source_files
+from memosight_lsp.workspace.reconcile import catch_up
 
 log = logging.getLogger(__name__)
 
@@ -226,23 +226,6 @@ class WorkspaceIndexes:
             index.close_buffer(path)
         except Exception:
             log.exception("closing the buffer %s failed", path)
-
-
-def catch_up(index: WorkspaceIndex) -> int:
-    """Re-index what changed on disk after the scan listed it and before the watcher started
-    (the watcher sees everything later); returns how many files it touched."""
-    disk = dict(iter_source_files(index.root, index.max_file_bytes))
-    touched = 0
-    for rel, info in disk.items():
-        known = index.symbols(rel)
-        if known is None or (known.size, known.mtime_ns) != (info.st_size, info.st_mtime_ns):
-            index.update_file(rel)
-            touched += 1
-    for rel in index.files():
-        if rel not in disk:
-            index.remove_file(rel)
-            touched += 1
-    return touched
 
 
 def to_edits(text: str, changes: Sequence[Change], codec: PositionCodec) -> list[TextEdit]:

@@ -16,6 +16,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from .files import VENDORED_DIRS
+from .reconcile import catch_up
 
 if TYPE_CHECKING:
     from .index import WorkspaceIndex
@@ -24,6 +25,10 @@ log = logging.getLogger(__name__)
 
 _UPDATE, _REMOVE, _REMOVE_DIR, _SCAN_DIR = "update", "remove", "remove_dir", "scan_dir"
 MAX_WATCHES = 256  # watchdog runs one emitter thread per watch
+# A burst this big (a git checkout, a build) may have overflowed the kernel's inotify queue
+# (16,384 events by default; watchdog then drops events without telling the handler): after
+# applying one, the index is compared with the disk.
+BURST = 512
 
 
 class Watcher(FileSystemEventHandler):
@@ -39,6 +44,7 @@ class Watcher(FileSystemEventHandler):
         self.on_change = on_change
         self._pending: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()
         self._timer: threading.Timer | None = None
         self._observer: Observer | None = None  # type: ignore[valid-type]
         self._shallow: set[str] = set()  # folders watched without their subfolders
@@ -110,6 +116,13 @@ class Watcher(FileSystemEventHandler):
             self._timer.start()
 
     def flush(self) -> None:
+        # One flush at a time: a timer may fire while a long flush runs, and two batches applied
+        # side by side can apply an older event last (a file deleted, then made again, ends up
+        # dropped). The next flush takes everything that came meanwhile.
+        with self._flushing:
+            self._flush()
+
+    def _flush(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
             self._timer = None
@@ -139,6 +152,10 @@ class Watcher(FileSystemEventHandler):
                 changed.append(self.index.relpath(path))
             except Exception:  # one bad file must not stop the watcher thread
                 log.exception("index update for %s failed", path)
+        if len(pending) >= BURST:
+            caught = catch_up(self.index)
+            if caught:
+                log.info("%d files changed beyond the events of a burst; re-indexed", caught)
         if self.on_change is not None and changed:
             self.on_change(changed)
 
