@@ -43,6 +43,9 @@ class ModelSettings:
     name: str | None = None
     api_key_env: str | None = None
     timeout_ms: int = 5000
+    # Load pickle weights (*.bin, *.pt: unpickling can run code). A user-only setting: honoured
+    # from initializationOptions alone (see USER_ONLY), so a repository cannot turn it on.
+    allow_pickle: bool = False
 
 
 @dataclass(kw_only=True)
@@ -181,6 +184,37 @@ def unwrap_settings(raw: Any) -> Any:
     if isinstance(raw, dict) and SECTION in raw:
         return raw[SECTION]
     return raw
+
+
+# Settings a workspace must not choose (a repository can ship editor settings): honoured only
+# from initializationOptions, which editors fill from the user's own configuration (VS Code:
+# application-scoped settings, which workspace settings cannot set; Neovim: setup()).
+USER_ONLY: tuple[tuple[str, str], ...] = (("model", "allowPickle"),)
+
+
+def without_user_only(raw: Any, current: Settings) -> tuple[Any, list[str]]:
+    """`raw` (a settings update from anywhere but initializationOptions) without the user-only
+    settings, and the dotted names of those it tried to change (the same value is no attempt)."""
+    if not isinstance(raw, dict):
+        return raw, []
+    refused: list[str] = []
+    out = dict(raw)
+
+    def spelled(name: Any, wire: str) -> bool:  # every spelling parse_settings accepts
+        return name == wire or snake_to_camel(camel_to_snake(str(name))) == wire
+
+    for section, key in USER_ONLY:
+        for outer in [k for k in out if spelled(k, section) and isinstance(out[k], dict)]:
+            part = dict(out[outer])
+            for name in [k for k in part if spelled(k, key)]:
+                value = part.pop(name)
+                if value != getattr(getattr(current, section), camel_to_snake(key)):
+                    refused.append(f"{section}.{key}")
+            out[outer] = part
+    if isinstance(out.get("memosight"), dict):  # a tree wrapped once more
+        out["memosight"], more = without_user_only(out["memosight"], current)
+        refused += more
+    return out, refused
 
 
 def parse_settings(raw: Any) -> tuple[Settings, list[str]]:

@@ -480,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        loaded = load_model(args.model, device="cpu")
+        loaded = load_model(args.model, device="cpu", allow_pickle=True)
     except ModelLoadError as err:
         sys.stderr.write(f"memosight bench compress: {err}\n")
         return 2

@@ -210,7 +210,8 @@ def load_rerank(model: str) -> Rerank:
     from memosight_lsp.engine.chunk_scoring import model_text_scorer
     from memosight_lsp.engine.loading import load_model
 
-    return Rerank(score=model_text_scorer(load_model(None if model == "default" else model)))
+    folder = None if model == "default" else model
+    return Rerank(score=model_text_scorer(load_model(folder, allow_pickle=True)))
 
 
 def methods(rerank: object) -> list[str]:

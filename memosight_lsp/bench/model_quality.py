@@ -178,7 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
-    loaded = load_model(args.model, device="cpu", dtype=args.dtype, quantization=args.quantization)
+    loaded = load_model(
+        args.model,
+        device="cpu",
+        dtype=args.dtype,
+        quantization=args.quantization,
+        allow_pickle=True,  # a folder the user named on the command line
+    )
     load_s = time.perf_counter() - started
     engine = CompletionEngine(loaded)
     corpora = {"stdlib_held_out": held_out_stdlib_files(loaded), "third_party": third_party_files()}

@@ -563,7 +563,11 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
     try:
         loaded = load_model(
-            args.model, device="cpu", dtype=args.dtype, quantization=args.quantization
+            args.model,
+            device="cpu",
+            dtype=args.dtype,
+            quantization=args.quantization,
+            allow_pickle=True,  # a folder the user named on the command line
         )
     except ModelLoadError as err:
         sys.stderr.write(f"error: {err}\n")

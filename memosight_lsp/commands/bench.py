@@ -15,6 +15,8 @@ BENCHMARKS = {
     "model": "model_quality",
     "replay": "replay",
     "engines": "engines",
+    "fuzz": "fuzz",
+    "soak": "soak",
 }
 
 

@@ -121,6 +121,7 @@ def cursor_column(text: str, line: int, character: int) -> int:
 
 
 def load_model_from_args(args: argparse.Namespace) -> LoadedModel:
+    # The folder named on the command line is the user's own choice: pickle weights load too.
     return load_model(
         args.model,
         device=args.device,
@@ -128,6 +129,7 @@ def load_model_from_args(args: argparse.Namespace) -> LoadedModel:
         quantization=args.quantization,
         fim_format=args.fim_format,
         progress=lambda message: print(f"memosight: {message}", file=sys.stderr),  # noqa: T201
+        allow_pickle=True,
     )
 
 

@@ -141,7 +141,11 @@ def load_heads(folder: Path, model: Any) -> tuple[MedusaHeads, HeadsConfig] | No
         log.info("heads in %s were trained for another model; not using them", folder)
         return None
     heads = MedusaHeads(config.hidden_size, config.num_heads)
-    heads.load_state_dict(load_file(str(weights_path)))
+    try:
+        heads.load_state_dict(load_file(str(weights_path)))
+    except Exception as err:  # truncated or foreign file: drafting without heads is still exact
+        log.warning("ignoring unreadable %s: %s", weights_path, str(err).splitlines()[0])
+        return None
     param = next(model.parameters())
     heads.to(device=param.device, dtype=param.dtype).eval()
     return heads, config

@@ -10,11 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Nothing here may reach a hub: models come from local folders only.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
+# Nothing here may reach a hub (the engine package sets the offline switches; every load below
+# is local_files_only) or run code from a model folder (trust_remote_code is always False).
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
@@ -28,6 +25,8 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+# Weights stored as pickle: loading them can run code (see load_model's allow_pickle).
+PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
@@ -118,7 +117,7 @@ def load_tokenizer(path: str | os.PathLike | None = None) -> Any:
             raise ModelLoadError(str(err)) from err
     folder, _ = model_folder(path)
     try:
-        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except Exception as err:  # transformers raises many types for broken tokenizer files
         raise ModelLoadError(f"cannot load the tokenizer in {folder}: {_one_line(err)}") from err
 
@@ -149,10 +148,15 @@ def load_model(
     quantization: str = "auto",
     fim_format: str = "auto",
     progress: gguf.Progress | None = None,
+    allow_pickle: bool = False,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from a local folder or a .gguf file (None: the
     embedded default), in the precision the settings ask for or, for `auto`, the one measured
-    fastest for it here (engine/precision.py). `progress` hears about long steps."""
+    fastest for it here (engine/precision.py). `progress` hears about long steps.
+
+    Only safetensors weights load unless `allow_pickle` (unpickling a file can run code: the
+    server passes the user-only setting model.allowPickle, the command line True, since the
+    person typing --model chose the folder)."""
     started = time.perf_counter()
     hf_logging.disable_progress_bar()  # a bar per load is noise in editor logs and CLI output
     torch_device = resolve_device(device)
@@ -161,8 +165,16 @@ def load_model(
     except ValueError as err:
         raise ModelLoadError(str(err)) from err
     folder, embedded = model_folder(path, progress=progress)
+    if not allow_pickle and not any(folder.glob("*.safetensors")):
+        pickled = sorted(p.name for pattern in PICKLE_PATTERNS for p in folder.glob(pattern))
+        if pickled:
+            raise ModelLoadError(
+                f"{folder} has pickle weights only ({pickled[0]}); pickle can run code, so they "
+                "load only with memosight.model.allowPickle set in your user settings "
+                "(or convert them to safetensors)"
+            )
     try:
-        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except (ValueError, KeyError) as err:
         raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
     tokenizer = load_tokenizer(folder)
@@ -170,7 +182,9 @@ def load_model(
     def load(candidate: precision.Precision) -> Any | None:
         try:
             # Measured candidates are not kept on disk: only the chosen one is.
-            return _load_weights(folder, config, candidate, torch_device, keep=False)
+            return _load_weights(
+                folder, config, candidate, torch_device, keep=False, allow_pickle=allow_pickle
+            )
         except ModelLoadError as err:
             if candidate.quantization == "none":
                 raise
@@ -178,7 +192,9 @@ def load_model(
             return None
 
     chosen = asked or precision.choose(folder, load, tokenizer, progress=progress)
-    model, num_parameters = _load_weights(folder, config, chosen, torch_device, count=True)
+    model, num_parameters = _load_weights(
+        folder, config, chosen, torch_device, count=True, allow_pickle=allow_pickle
+    )
     try:
         fim = resolve_fim_format(tokenizer.get_vocab(), fim_format)
     except ValueError as err:
@@ -206,15 +222,23 @@ def load_model(
 
 
 def _from_folder(
-    folder: Path, config: Any, chosen: precision.Precision, device: torch.device
+    folder: Path,
+    config: Any,
+    chosen: precision.Precision,
+    device: torch.device,
+    allow_pickle: bool,
 ) -> tuple[Any, int]:
     """The model from its folder's weights, quantized as chosen; and its parameter count."""
+    # True: refuse *.bin even where transformers would fall back to it; None: its own choice.
+    safetensors_only = None if allow_pickle else True
     try:
         model = AutoModelForCausalLM.from_pretrained(
             folder,
             config=config,
             dtype=chosen.dtype,
             local_files_only=True,
+            trust_remote_code=False,
+            use_safetensors=safetensors_only,
             attn_implementation="sdpa",
         )
     except (torch.OutOfMemoryError, MemoryError) as err:
@@ -222,7 +246,12 @@ def _from_folder(
     except ValueError as err:
         if "sdpa" in str(err).lower() or "attention" in str(err).lower():
             model = AutoModelForCausalLM.from_pretrained(
-                folder, config=config, dtype=chosen.dtype, local_files_only=True
+                folder,
+                config=config,
+                dtype=chosen.dtype,
+                local_files_only=True,
+                trust_remote_code=False,
+                use_safetensors=safetensors_only,
             )
         else:
             raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
@@ -249,6 +278,7 @@ def _load_weights(
     *,
     count: bool = False,
     keep: bool = True,
+    allow_pickle: bool = False,
 ) -> Any:
     """The model in eval mode on `device` in the chosen precision, its trunk built (with
     `count`: also the number of parameters it had before quantization). A quantized model is
@@ -262,7 +292,7 @@ def _load_weights(
         model, num_parameters = kept
         model.to(device)  # type: ignore[arg-type]
     else:
-        model, num_parameters = _from_folder(folder, config, chosen, device)
+        model, num_parameters = _from_folder(folder, config, chosen, device, allow_pickle)
         if keep and chosen.quantization != "none":
             quantized_cache.save(model, kept_file, num_parameters)
     # The decoders' trunk re-lays the weights out once (fused_trunk): part of loading, not of

@@ -17,6 +17,7 @@ vocabulary they were counted in.
 from __future__ import annotations
 
 import logging
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,7 @@ class NgramTable:
                 version, max_order = (int(x) for x in data["meta"])
                 keys, tokens, shares = data["keys"], data["tokens"], data["shares"]
                 fingerprint = str(data["model_fingerprint"])
-        except (OSError, KeyError, ValueError, EOFError) as err:
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as err:
             raise ValueError(f"unreadable n-gram table {path}: {err}") from err
         if version != FORMAT_VERSION:
             raise ValueError(f"n-gram table {path} has format {version}, not {FORMAT_VERSION}")

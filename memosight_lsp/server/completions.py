@@ -357,12 +357,19 @@ class CompletionFlow:
                 self.scheduler.demote_current()  # answered: the next request cancels it
                 early.set_result(partial)
 
-        completion = engine.complete(
-            request,
-            cancelled=cancelled,
-            deadline=deadline,
-            on_partial=on_partial if early is not None and deadline is not None else None,
-        )
+        try:
+            completion = engine.complete(
+                request,
+                cancelled=cancelled,
+                deadline=deadline,
+                on_partial=on_partial if early is not None and deadline is not None else None,
+            )
+        except Exception as err:  # the model or the context failed: answer empty, keep serving
+            self.stats.count("errors")
+            engine.forget(buffer_id)  # its KV cache may be half-written
+            log.error("completion failed (%s: %s); answered empty", type(err).__name__, err)
+            log.debug("completion failure", exc_info=True)
+            return Completion(text="", reason=f"model error: {type(err).__name__}: {err}")
         log.debug(
             "%s: %d prompt tokens (%d reused), prefill %.0f ms, decode %.0f ms, %d tokens, "
             "%.0f ms in all, %s",

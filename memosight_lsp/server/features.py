@@ -267,9 +267,9 @@ def position_param(params: Any) -> tuple[str, types.Position]:
             "expected {textDocument: {uri}, position: {line, character}}"
         ) from err
     if not isinstance(uri, str) or not all(
-        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (line, character)
+        isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**31 for n in (line, character)
     ):
-        raise JsonRpcInvalidParams("uri must be a string, line and character whole numbers >= 0")
+        raise JsonRpcInvalidParams("uri must be a string, line and character numbers in 0..2^31-1")
     return uri, types.Position(line=line, character=character)
 
 

@@ -12,6 +12,7 @@ the index is behind.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -89,10 +90,14 @@ class WorkspaceIndexes:
         """The index of the innermost folder holding `path`; None outside every folder."""
         if not path:
             return None
-        file = Path(path)
+        file = Path(os.path.normpath(path))  # `..` must not lead into a folder lexically
+        try:
+            resolved = file.resolve()
+        except (OSError, ValueError):  # a NUL byte, a symlink loop
+            return None
         with self._lock:
             indexes = list(self._indexes.items())
-        for candidate in (file, file.resolve()):  # roots are resolved: try through symlinks too
+        for candidate in (file, resolved):  # roots are resolved: try through symlinks too
             best: WorkspaceIndex | None = None
             for root, index in indexes:
                 inner = best is None or len(root.parts) > len(best.root.parts)
@@ -124,19 +129,22 @@ class WorkspaceIndexes:
         try:
             stats = index.scan(on_progress=progress)
             message = f"indexed {stats.files} files in {stats.seconds:.1f}s"
-            if self._watch:
-                self._start_watching(root, index)
+            if self._watch and self._start_watching(root, index):
+                caught = index.catch_up()  # changes between the scan's listing and the watch
+                if caught:
+                    message += f" ({caught} changed while indexing)"
         except Exception as err:  # a broken folder must not take the server down
             log.exception("indexing %s failed", root)
             message = f"indexing {name} failed: {err}"
         log.info("%s: %s", root, message)
         self._on_progress(root, "end", None, message)
 
-    def _start_watching(self, root: Path, index: WorkspaceIndex) -> None:
-        """Watch a scanned folder, unless it was removed (or the server stopped) meanwhile."""
+    def _start_watching(self, root: Path, index: WorkspaceIndex) -> bool:
+        """Watch a scanned folder, unless it was removed (or the server stopped) meanwhile;
+        returns whether it is watched."""
         with self._lock:
             if not self._serves(root, index):
-                return
+                return False
         watcher = Watcher(root, index)
         watcher.start()  # outside the lock: planning the watches walks the folder tree
         with self._lock:
@@ -145,6 +153,7 @@ class WorkspaceIndexes:
                 self._watchers[root] = watcher
         if not kept:  # removed while the watches were set up
             watcher.stop()
+        return kept
 
     def _serves(self, root: Path, index: WorkspaceIndex) -> bool:
         """Whether `index` is still the one for `root` (call with the lock held)."""

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
+import threading
 
 from .features import register
+from .protocol import serve_stdio, watch_parent
 from .server import MemoSightServer
 
 log = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 5.0
 
 
 def build_server() -> MemoSightServer:
@@ -21,11 +26,28 @@ def serve(*, tcp: bool = False, host: str = "127.0.0.1", port: int = 2087) -> No
         # pygls logs every message body at INFO: noise, and slow on big documents.
         logging.getLogger("pygls").setLevel(logging.WARNING)
     server = build_server()
-    try:
-        if tcp:
+    if tcp:
+        try:
             log.info("listening on %s:%d", host, port)
             server.start_tcp(host, port)
-        else:
-            server.start_io()
-    finally:
-        server.stop_worker()
+        finally:
+            server.stop_worker()
+        return
+    watch_parent(server, lambda pid: leave(server, f"the editor (process {pid}) is gone"))
+    ended = serve_stdio(server)
+    reason = "the client closed the connection" if ended != "interrupted" else "interrupted"
+    leave(server, reason if server.shutdown_requested else f"{reason} without shutdown")
+
+
+def leave(server: MemoSightServer, why: str) -> None:
+    """End the process now, as `exit` does: the client is gone and nothing may linger (the model
+    worker, watchers, the stdin reader). Exit code 0 only after a shutdown request (LSP spec)."""
+    if server.shutdown_requested:
+        log.info("%s; exiting", why)
+    else:
+        log.warning("%s; exiting", why)
+    stopping = threading.Thread(target=server.stop_worker, name="memosight-stop", daemon=True)
+    stopping.start()
+    stopping.join(STOP_TIMEOUT_S)  # a stuck watcher or decode must not keep the process alive
+    logging.shutdown()
+    os._exit(0 if server.shutdown_requested else 1)

@@ -80,6 +80,7 @@ class ModelHost:
                 quantization=settings.quantization,
                 fim_format=settings.fim_format,
                 progress=self._progress,
+                allow_pickle=settings.allow_pickle,
             )
         except ModelLoadError as err:
             self._fail(spec, str(err))

@@ -19,7 +19,7 @@ from pygls.workspace import TextDocument
 from memosight_lsp import __version__
 from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.completion.service import Completion
-from memosight_lsp.config import Settings, parse_settings, unwrap_settings
+from memosight_lsp.config import Settings, parse_settings, unwrap_settings, without_user_only
 from memosight_lsp.workspace.files import indexable_text
 
 from .completions import DISABLED, CompletionFlow, ContextInputs, Cursor
@@ -144,6 +144,14 @@ class MemoSightServer(LanguageServer):
         if not isinstance(raw, dict):
             self.show_once(f"MemoSight: settings from {source} must be an object; ignored")
             return
+        if source != "initializationOptions":
+            raw, refused = without_user_only(raw, self.settings)
+            for name in refused:
+                self.show_once(
+                    f"MemoSight: {name} is honoured from your user settings only; "
+                    f"ignored from {source}",
+                    types.MessageType.Warning,
+                )
         self.raw_settings = deep_merge(self.raw_settings, raw)
         settings, problems = parse_settings(self.raw_settings)
         if problems:

@@ -168,7 +168,7 @@ def train_heads(cfg: HeadsTrainingConfig) -> Path:
         torch.set_num_threads(cfg.threads)
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    loaded = load_model(cfg.model, device="cpu", dtype="float32")
+    loaded = load_model(cfg.model, device="cpu", dtype="float32", allow_pickle=True)
     model = loaded.model
     model.requires_grad_(False)
     hidden_size, vocab = model_dims(model)

@@ -61,7 +61,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        loaded = load_model(args.model)
+        loaded = load_model(args.model, allow_pickle=True)
     except ModelLoadError as err:
         sys.stderr.write(f"error: {err}\n")
         return 2

@@ -20,3 +20,8 @@ class EventSink(Protocol):
         """Apply the latest event of each absolute path; returns the paths it touched, relative
         to the root."""
         ...
+
+    def catch_up(self) -> int:
+        """Bring the sink in step with the disk after events may have been lost (a burst that
+        overflowed the kernel's queue); returns how many files it touched."""
+        ...

@@ -4,6 +4,7 @@ not huge. `.gitignore` files are honoured at every level, as git does."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +43,40 @@ class _Ignore:
     spec: pathspec.PathSpec
 
 
-def _load_gitignore(directory: Path, base: str) -> _Ignore | None:
+MAX_GITIGNORE_BYTES = 1_000_000
+
+
+def read_regular_file(path: str | os.PathLike, max_bytes: int) -> bytes | None:
+    """The bytes of a regular file of at most `max_bytes`; None for anything else: gone, a
+    symlink, a FIFO or device (opened without blocking, so one swapped in after a scan saw a file
+    cannot hang the reader), a folder, or a file that grew past the limit."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        lines = (directory / ".gitignore").read_text(encoding="utf-8", errors="replace")
+        fd = os.open(path, flags)
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+            return None
+        chunks, size = [], 0
+        while size <= max_bytes and (chunk := os.read(fd, max_bytes + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
     except OSError:
         return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data if len(data) <= max_bytes else None
+
+
+def _load_gitignore(directory: Path, base: str) -> _Ignore | None:
+    # Like git (2.32+), a .gitignore that is a symlink is not followed.
+    data = read_regular_file(directory / ".gitignore", MAX_GITIGNORE_BYTES)
+    if data is None:
+        return None
+    lines = data.decode("utf-8", errors="replace")
     return _Ignore(base, pathspec.GitIgnoreSpec.from_lines(lines.splitlines()))
 
 

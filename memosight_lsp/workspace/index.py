@@ -18,11 +18,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from . import cache
+from . import cache, reconcile
 from .buffers import Buffer, TextEdit
 from .events import FileEvent
 from .extract import extract
-from .files import MAX_FILE_BYTES, VENDORED_DIRS, is_binary, is_indexable, iter_source_files
+from .files import (
+    MAX_FILE_BYTES,
+    VENDORED_DIRS,
+    is_binary,
+    is_indexable,
+    iter_source_files,
+    read_regular_file,
+)
 from .languages import LanguageSpec, language_for, language_named, parser
 from .resolve import Resolver, Target
 from .symbols import Definition, FileSymbols, Import
@@ -84,7 +91,7 @@ class WorkspaceIndex:
         self._resolver = Resolver()
         # Disk texts by (rel, mtime_ns, size), for rendering snippets; and outlines of texts
         # that match no file or buffer (a completion that ran ahead of its buffer update).
-        self._disk_text: Callable[[str, int, int], str] = functools.lru_cache(
+        self._disk_text: Callable[[str, int, int], str | None] = functools.lru_cache(
             maxsize=_TEXT_CACHE_SIZE
         )(self._read_text)
         self._parse_text: Callable[[str, str, bytes], FileSymbols] = functools.lru_cache(
@@ -101,9 +108,9 @@ class WorkspaceIndex:
         p = to_path(path)
         if not p.is_absolute():
             return p.as_posix()
-        try:
-            return p.resolve().relative_to(self.root).as_posix()
-        except ValueError:
+        try:  # the folders resolved, not the file: a symlink is named as itself, not its target
+            return (p.parent.resolve() / p.name).relative_to(self.root).as_posix()
+        except (ValueError, OSError, RuntimeError):
             return p.as_posix()
 
     def abspath(self, rel: str) -> Path:
@@ -165,11 +172,8 @@ class WorkspaceIndex:
         spec = language_for(rel)
         if spec is None:
             return None
-        try:
-            data = self.abspath(rel).read_bytes()
-        except OSError:
-            return None
-        if len(data) > self.max_file_bytes or is_binary(data):
+        data = read_regular_file(self.abspath(rel), self.max_file_bytes)
+        if data is None or is_binary(data):
             return None
         if old is not None and old.digest == content_digest(data):
             return replace(old, mtime_ns=mtime_ns)
@@ -226,17 +230,28 @@ class WorkspaceIndex:
                     self.remove_file(path)
                 elif event is FileEvent.REMOVE_DIR:
                     self.remove_under(path)
-                elif event is FileEvent.SCAN_DIR:
+                elif event is FileEvent.SCAN_DIR:  # also what a folder deleted and made again left
+                    self.remove_file(path)  # a folder where a file was
+                    found = set()
                     for folder, dirs, names in os.walk(path):
                         dirs[:] = [d for d in dirs if d not in VENDORED_DIRS]
                         for name in names:
                             self.update_file(os.path.join(folder, name))
+                            found.add(self.relpath(os.path.join(folder, name)))
+                    below = self.relpath(path).rstrip("/") + "/"
+                    for rel in self.files():
+                        if rel.startswith(below) and rel not in found:
+                            self.remove_file(rel)
                 else:
                     self.update_file(path)
                 changed.append(self.relpath(path))
             except Exception:  # one bad file must not stop the rest (nor the watcher's thread)
                 log.exception("index update for %s failed", path)
         return changed
+
+    def catch_up(self) -> int:
+        """Re-index what differs from the disk (workspace/reconcile.py)."""
+        return reconcile.catch_up(self)
 
     def _set_file(self, rel: str, symbols: FileSymbols) -> None:
         before = self._effective(rel)
@@ -336,15 +351,20 @@ class WorkspaceIndex:
             buffer = self._buffers.get(rel)
             if buffer is not None:
                 return buffer.text
+        if rel.startswith("/"):  # outside the root: an open buffer's text only, never the disk
+            return None
         try:
             stat = self.abspath(rel).stat()
-            return self._disk_text(rel, stat.st_mtime_ns, stat.st_size)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL in the path
             return None
+        return self._disk_text(rel, stat.st_mtime_ns, stat.st_size)
 
-    def _read_text(self, rel: str, mtime_ns: int, size: int) -> str:
-        """The file's text as of this stat (memoised per index, keyed by all three)."""
-        data = self.abspath(rel).read_bytes()
+    def _read_text(self, rel: str, mtime_ns: int, size: int) -> str | None:
+        """The file's text as of this stat (memoised per index, keyed by all three); None for
+        what is not a regular file under the size limit (workspace/files.read_regular_file)."""
+        data = read_regular_file(self.abspath(rel), self.max_file_bytes)
+        if data is None:
+            return None
         with self._lock:
             symbols = self._files.get(rel)
         unchanged = symbols is not None and (symbols.size, symbols.mtime_ns) == (size, mtime_ns)

@@ -23,6 +23,10 @@ from .files import VENDORED_DIRS
 log = logging.getLogger(__name__)
 
 MAX_WATCHES = 256  # watchdog runs one emitter thread per watch
+# A burst this big (a git checkout, a build) may have overflowed the kernel's inotify queue
+# (16,384 events by default; watchdog then drops events without telling the handler): after
+# applying one, the index is compared with the disk.
+BURST = 512
 
 
 class Watcher(FileSystemEventHandler):
@@ -40,6 +44,7 @@ class Watcher(FileSystemEventHandler):
         self.on_change = on_change  # called with the root-relative paths of each applied batch
         self._pending: dict[str, FileEvent] = {}
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()
         self._timer: threading.Timer | None = None
         self._observer: BaseObserver | None = None
         self._shallow: set[str] = set()  # folders watched without their subfolders
@@ -112,12 +117,23 @@ class Watcher(FileSystemEventHandler):
             self._timer.start()
 
     def flush(self) -> None:
+        # One flush at a time: a timer may fire while a long flush runs, and two batches applied
+        # side by side can apply an older event last (a file deleted, then made again, ends up
+        # dropped). The next flush takes everything that came meanwhile.
+        with self._flushing:
+            self._flush()
+
+    def _flush(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
             self._timer = None
         if not pending:
             return
         changed = self.sink.apply_events(pending)
+        if len(pending) >= BURST:
+            caught = self.sink.catch_up()
+            if caught:
+                log.info("%d files changed beyond the events of a burst; re-indexed", caught)
         if self.on_change is not None and changed:
             self.on_change(changed)
 

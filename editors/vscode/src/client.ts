@@ -10,7 +10,7 @@ import {
   TransportKind,
 } from 'vscode-languageclient/node';
 import type { ServerCommand } from './locate';
-import { buildServerSettings, type JsonObject } from './settings';
+import { buildServerSettings, type JsonObject, USER_ONLY_SETTINGS } from './settings';
 
 export const SECTION = 'memosight';
 
@@ -18,7 +18,11 @@ export const SECTION = 'memosight';
 export function serverSettings(scope?: vscode.Uri): JsonObject {
   const config = vscode.workspace.getConfiguration(SECTION, scope);
   const folder = scope ? vscode.workspace.getWorkspaceFolder(scope) : vscode.workspace.workspaceFolders?.[0];
-  return buildServerSettings((key) => config.get(key), {
+  // User-only settings (the server honours them from initializationOptions only): the user's
+  // own value, never a workspace's.
+  const read = (key: string): unknown =>
+    USER_ONLY_SETTINGS.includes(key) ? config.inspect(key)?.globalValue : config.get(key);
+  return buildServerSettings(read, {
     workspaceFolder: folder?.uri.fsPath,
     userHome: process.env.HOME ?? process.env.USERPROFILE,
   });
@@ -29,7 +33,8 @@ export function createClient(server: ServerCommand, output: vscode.LogOutputChan
     command: server.command,
     args: server.args,
     transport: TransportKind.stdio,
-    options: { env: { ...process.env, PYTHONUNBUFFERED: '1' } },
+    // PYTHONSAFEPATH: `python -m` must not import modules from the workspace it starts in.
+    options: { env: { ...process.env, PYTHONUNBUFFERED: '1', PYTHONSAFEPATH: '1' } },
   };
   let client: LanguageClient | undefined = undefined;
   const options: LanguageClientOptions = {

@@ -28,7 +28,8 @@ export function hasModule(interpreter: string[], module: string): Promise<boolea
     execFile(
       interpreter[0],
       [...interpreter.slice(1), '-c', code],
-      { timeout: PROBE_TIMEOUT_MS, windowsHide: true },
+      // PYTHONSAFEPATH: a module in the folder the probe runs in must not count.
+      { timeout: PROBE_TIMEOUT_MS, windowsHide: true, env: { ...process.env, PYTHONSAFEPATH: '1' } },
       (error) => resolve(error === null),
     );
   });

@@ -24,6 +24,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'model.name', default: null },
   { key: 'model.apiKeyEnv', default: null },
   { key: 'model.timeoutMs', default: 5000 },
+  { key: 'model.allowPickle', default: false },
   { key: 'completion.maxNewTokens', default: 64 },
   { key: 'completion.multiline', default: 'auto' },
   { key: 'completion.midWord', default: 'complete' },
@@ -38,6 +39,10 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'compression.kvRatio', default: 4 },
   { key: 'compression.minPromptTokens', default: 2048 },
 ];
+
+/** Server settings a workspace must not set (application scope in package.json): read from the
+ * user's settings only, as the server honours them from initializationOptions only. */
+export const USER_ONLY_SETTINGS: readonly string[] = ['model.allowPickle'];
 
 /** Settings only the extension reads (how to start the server); never sent to the server. */
 export const CLIENT_SETTINGS: readonly string[] = [

@@ -64,6 +64,7 @@ M.settings_schema = {
     name = "string?",
     apiKeyEnv = "string?",
     timeoutMs = "number",
+    allowPickle = "boolean",
   },
   completion = {
     maxNewTokens = "number",

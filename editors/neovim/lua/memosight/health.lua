@@ -12,7 +12,8 @@ local INSTALL_HINT = "install the server with `pip install memosight-lsp` in a P
 ---@param timeout_ms integer
 ---@return integer code, string stdout, string stderr
 local function run(cmd, timeout_ms)
-  local ok, proc = pcall(vim.system, cmd, { text = true })
+  -- PYTHONSAFEPATH: `python -c` run in a project must not import that project's modules.
+  local ok, proc = pcall(vim.system, cmd, { text = true, env = { PYTHONSAFEPATH = "1" } })
   if not ok then
     return -1, "", tostring(proc)
   end

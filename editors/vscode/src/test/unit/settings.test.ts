@@ -16,6 +16,7 @@ const DEFAULTS = {
     name: null,
     apiKeyEnv: null,
     timeoutMs: 5000,
+    allowPickle: false,
   },
   completion: {
     maxNewTokens: 64,

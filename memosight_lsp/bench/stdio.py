@@ -1,0 +1,253 @@
+"""The real server as a subprocess, spoken to in raw bytes over stdio (for the fuzz and soak
+benchmarks, and tests that must send what a well-behaved client never would).
+
+A thread reads the server's stdout with a strict framing parser: anything on stdout that is not
+a well-formed frame holding a JSON object is counted in `bad_output` (stdout is the protocol).
+Requests from the server (workspace/configuration, window/workDoneProgress/create) are answered
+by `answer_server_request`, which callers may replace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+SERVER_COMMAND = (sys.executable, "-m", "memosight_lsp")
+
+
+def frame(body: bytes) -> bytes:
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def encode(message: Any) -> bytes:
+    return frame(json.dumps(message).encode())
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """rssKiB, threads and fds of a live process, from /proc (empty when it is gone)."""
+    try:
+        fields = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        )
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except (OSError, ValueError):
+        return {}
+    return {
+        "rssKiB": int(fields["VmRSS"].split()[0]),
+        "threads": int(fields["Threads"]),
+        "fds": fds,
+    }
+
+
+def children_of(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (what a server left running)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+class StdioServer:
+    def __init__(
+        self,
+        command: Sequence[str] = SERVER_COMMAND,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | os.PathLike | None = None,
+        stderr: IO[bytes] | int | str | None = subprocess.DEVNULL,
+    ) -> None:
+        """stderr: a file, DEVNULL, or "collect" to keep the server's log lines in `log`."""
+        collect = stderr == "collect"
+        self.proc = subprocess.Popen(
+            list(command),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if collect else stderr,  # type: ignore[arg-type]
+            env=env,
+            cwd=cwd,
+        )
+        self.log: list[str] = []
+        if collect:
+            threading.Thread(target=self._read_log, name="stdio-log", daemon=True).start()
+        self.responses: dict[Any, dict] = {}
+        self.received_at: dict[Any, float] = {}  # id -> time.monotonic() of its response
+        self.null_id_errors: list[dict] = []  # error responses with id null (parse errors...)
+        self.notifications: Counter[str] = Counter()
+        self.statuses: list[dict] = []  # memosight/status params
+        self.server_requests: Counter[str] = Counter()
+        self.bad_output: list[str] = []
+        self.write_lock = threading.Lock()
+        self.cond = threading.Condition()
+        self.answer_server_request: Callable[[dict], Any] = default_answer
+        self._reader = threading.Thread(target=self._read, name="stdio-reader", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    # -- writing --------------------------------------------------------------------------------
+    def write(self, data: bytes) -> bool:
+        """Write raw bytes; False when the server's stdin is closed (it died)."""
+        stdin = self.proc.stdin
+        assert stdin is not None
+        try:
+            with self.write_lock:
+                stdin.write(data)
+                stdin.flush()
+            return True
+        except (BrokenPipeError, ValueError, OSError):
+            return False
+
+    def send(self, message: Any) -> bool:
+        return self.write(encode(message))
+
+    def notify(self, method: str, params: Any = None) -> bool:
+        return self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def request(
+        self, msg_id: Any, method: str, params: Any = None, timeout: float | None = 10.0
+    ) -> dict | None:
+        """Send a request and wait for its response (None: no answer in time, or it died)."""
+        self.send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+        return self.wait_for(msg_id, timeout)
+
+    def wait_for(self, msg_id: Any, timeout: float | None = 10.0) -> dict | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            while msg_id not in self.responses:
+                if not self.alive() and not self._reader.is_alive():
+                    return None
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self.cond.wait(0.2 if left is None else min(left, 0.2))
+            return self.responses[msg_id]
+
+    def close_stdin(self) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """shutdown + exit; kill when it does not leave in time. Returns the exit code."""
+        if self.alive():
+            self.request("__shutdown__", "shutdown", None, timeout)
+            self.notify("exit")
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+        finally:
+            self.close_stdin()
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.kill()
+        self.proc.wait()
+        self.close_stdin()
+
+    # -- reading --------------------------------------------------------------------------------
+    def _read_log(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.log.append(line.decode("utf-8", "replace").rstrip("\n"))
+
+    def log_lines(self, text: str) -> list[str]:
+        """The server's log lines so far that contain `text`."""
+        return [line for line in list(self.log) if text in line]
+
+    def _read(self) -> None:
+        out = self.proc.stdout
+        assert out is not None
+        while True:
+            length = None
+            while True:
+                line = out.readline()
+                if not line:
+                    with self.cond:
+                        self.cond.notify_all()
+                    return
+                if line == b"\r\n":
+                    break
+                name, _, value = line.decode("latin-1").partition(":")
+                if name.lower() == "content-length" and value.strip().isdigit():
+                    length = int(value)
+                elif name.lower() != "content-type":
+                    self.bad_output.append(f"unexpected header line {line[:80]!r}")
+            if length is None:
+                self.bad_output.append("a frame without Content-Length")
+                continue
+            body = out.read(length)
+            try:
+                message = json.loads(body)
+                if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+                    raise ValueError("not a JSON-RPC 2.0 object")
+            except ValueError as err:
+                self.bad_output.append(f"invalid body ({err}): {body[:80]!r}")
+                continue
+            self._dispatch(message)
+
+    def _dispatch(self, message: dict) -> None:
+        method = message.get("method")
+        if method is not None and "id" in message:
+            self.server_requests[method] += 1
+            reply = self.answer_server_request(message)
+            if reply is not None:
+                self.send(reply)
+            return
+        if method is not None:
+            self.notifications[method] += 1
+            if method == "memosight/status" and isinstance(message.get("params"), dict):
+                self.statuses.append(message["params"])
+            return
+        msg_id = message.get("id")
+        if isinstance(msg_id, bool) or not isinstance(msg_id, int | str | None):
+            self.bad_output.append(f"a response with an invalid id: {str(message)[:80]}")
+            return
+        with self.cond:
+            if msg_id is None:
+                self.null_id_errors.append(message)
+            else:
+                self.received_at[msg_id] = time.monotonic()
+                self.responses[msg_id] = message
+            self.cond.notify_all()
+
+
+def default_answer(request: dict) -> dict:
+    """A plain client's answers: an empty settings section, yes to progress tokens."""
+    result: Any = None
+    if request.get("method") == "workspace/configuration":
+        items = (request.get("params") or {}).get("items") or []
+        result = [None for _ in items]
+    return {"jsonrpc": "2.0", "id": request["id"], "result": result}
+
+
+def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This interpreter's environment with the package importable from its source tree."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, **(extra or {})}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env

@@ -1,0 +1,77 @@
+"""The real server with a fault injected from outside: torch or the process limits are patched
+here, then memosight_lsp.cli.lsp_main runs unchanged (no test hooks in the production code).
+
+Environment:
+- MEMOSIGHT_FAULT_FILE=PATH: every attention call of every forward pass (prefill and decode
+  steps alike, transformers' and the fused trunk's) reads PATH when it exists:
+  `raise-after N` lets N more calls through, then raises RuntimeError; `oom-after N` raises
+  torch.OutOfMemoryError (what CUDA raises); `memory-after N` raises MemoryError (the CPU's).
+  Each firing writes one line "injected fault fired: ..." to stderr, and the fault fires once
+  per content of the file (rewrite the file to arm it again).
+- MEMOSIGHT_FSIZE_LIMIT=BYTES: RLIMIT_FSIZE, so a write past BYTES fails with EFBIG, as a full
+  disk fails a write (SIGXFSZ ignored, as a server must).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def install_forward_fault(control: Path) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    real = F.scaled_dot_product_attention
+    lock = threading.Lock()
+    state = {"armed": "", "left": 0}
+    errors = {"raise": RuntimeError, "oom": torch.OutOfMemoryError, "memory": MemoryError}
+
+    def attention(*args, **kwargs):
+        try:
+            order = control.read_text().strip()
+        except OSError:
+            order = ""
+        if order:
+            with lock:
+                if order != state["armed"]:  # a new order: count from now
+                    kind, _, count = order.partition("-after ")
+                    state.update(armed=order, kind=kind, left=int(count or 0), fired=False)
+                fire = not state["fired"] and state["left"] <= 0
+                state["left"] -= 1
+                if fire:
+                    state["fired"] = True
+            if fire:
+                kind = str(state["kind"])
+                sys.stderr.write(f"injected fault fired: {kind}\n")
+                sys.stderr.flush()
+                error = errors[kind]
+                raise error(f"injected {kind} fault in a forward pass")
+        return real(*args, **kwargs)
+
+    F.scaled_dot_product_attention = attention
+    torch.nn.functional.scaled_dot_product_attention = attention
+
+
+def main() -> int:
+    limit = os.environ.get("MEMOSIGHT_FSIZE_LIMIT")
+    if limit:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(limit), int(limit)))
+    control = os.environ.get("MEMOSIGHT_FAULT_FILE")
+    if control:
+        install_forward_fault(Path(control))
+    from memosight_lsp.cli import lsp_main
+
+    return lsp_main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
