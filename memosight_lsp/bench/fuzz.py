@@ -71,6 +71,7 @@ NOTIFICATIONS = (
     "window/workDoneProgress/cancel",
     "$/setTrace",
     "$/cancelRequest",
+    "memosight/cursor",
 )
 LIFECYCLE = ("shutdown", "exit")
 METHODS = REQUESTS + NOTIFICATIONS + LIFECYCLE
@@ -283,6 +284,8 @@ class Fuzzer:
             return {**d.cursor(), "context": {"triggerKind": rng.choice([1, 2, 3, 0, 99])}}
         if method == "memosight/context":
             return {**d.cursor(), "budget": rng.choice([None, 0, 16, 10**9, -1])}
+        if method == "memosight/cursor":
+            return d.cursor()
         if method == "memosight/stats":
             return rng.choice([{}, None, []])
         if method == "workspace/executeCommand":
