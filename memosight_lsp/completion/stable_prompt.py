@@ -37,6 +37,10 @@ class Pin:
     # Lines after the cursor's the packed suffix took (-1: none at all): a suffix-first prompt
     # keeps the same ones, so it starts with the same tokens while the text after is unchanged.
     suffix_lines: int
+    # Whether that suffix ran to the document's end (or nothing followed the cursor): then a
+    # later cursor's suffix runs to the end too, not the same number of lines (a pin made at
+    # the end of a file, by a pre-warm, would otherwise give every later prompt no suffix).
+    suffix_to_end: bool
 
 
 def _line_start(text: str, line: int) -> int:
@@ -107,8 +111,11 @@ class StablePrompts:
         if used > max_tokens:
             return None
         if max_suffix is None:
-            end, suffix = _same_lines(lines, line, column, pin.suffix_lines)
+            after = len(lines) - 1 - line if pin.suffix_to_end else pin.suffix_lines
+            end, suffix = _same_lines(lines, line, column, after)
             suffix_used = counter(suffix)
+            if used + suffix_used > max_tokens:
+                return None
         else:
             end, suffix, suffix_used = suffix_window(
                 lines, line, column, min(max_suffix, max_tokens - used), counter
@@ -170,6 +177,8 @@ class StablePrompts:
         if start > cursor or not packed.prefix.endswith(own):
             return  # the packer cut into the cursor's line: nothing stable to keep
         head = packed.prefix[: len(packed.prefix) - len(own)]
+        suffix = next((s for s in packed.snippets if s.kind == "suffix"), None)
+        last_line = text.count("\n")
         self._pins[buffer_id] = Pin(
             key=key,
             above=text[:start],
@@ -178,9 +187,9 @@ class StablePrompts:
             window_line=window.start_line,
             path=window.path,
             reranked=packed.reranked,
-            suffix_lines=next(
-                (s.end_line - line for s in packed.snippets if s.kind == "suffix"), -1
-            ),
+            suffix_lines=-1 if suffix is None else suffix.end_line - line,
+            suffix_to_end=(suffix is not None and suffix.end_line >= last_line)
+            or not text[cursor:].strip(),
         )
         while len(self._pins) > self.max_buffers:
             self._pins.popitem(last=False)

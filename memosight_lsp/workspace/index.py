@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from . import cache, reconcile
+from . import cache
 from .buffers import Buffer, TextEdit
 from .events import FileEvent
 from .extract import extract
@@ -250,8 +250,21 @@ class WorkspaceIndex:
         return changed
 
     def catch_up(self) -> int:
-        """Re-index what differs from the disk (workspace/reconcile.py)."""
-        return reconcile.catch_up(self)
+        """Re-index what differs between the index and the disk (size or mtime, files added or
+        gone), for changes no event told of: between a scan's listing and the watcher's start,
+        or in a burst that overflowed the kernel's inotify queue. Returns the files touched."""
+        disk = dict(iter_source_files(self.root, self.max_file_bytes))
+        touched = 0
+        for rel, info in disk.items():
+            known = self.symbols(rel)
+            if known is None or (known.size, known.mtime_ns) != (info.st_size, info.st_mtime_ns):
+                self.update_file(rel)
+                touched += 1
+        for rel in self.files():
+            if rel not in disk:
+                self.remove_file(rel)
+                touched += 1
+        return touched
 
     def _set_file(self, rel: str, symbols: FileSymbols) -> None:
         before = self._effective(rel)
