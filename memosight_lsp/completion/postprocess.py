@@ -28,6 +28,7 @@ STATEMENT_IN_BRACKETS = {
     ),
 }
 WORD_TAIL = re.compile(r"\w+\Z")
+WORD = re.compile(r"\w+")
 
 
 def first_line_done(text: str) -> bool:
@@ -70,17 +71,28 @@ def loop_start(text: str) -> int | None:
         while text.endswith(unit, 0, len(text) - copies * size):
             copies += 1
         if copies >= (LOOP_COPIES_SHORT if size <= SHORT_UNIT else LOOP_COPIES):
-            start = len(text) - copies * size
-            while start > 0 and text[start - 1] == text[start - 1 + size]:
-                start -= 1  # the run began earlier, out of phase with the unit ("or or or")
-            return start + size
+            return run_start(text, size) + size
     return None
 
 
+def run_start(text: str, size: int) -> int:
+    """Where the run that repeats the text's last `size` characters began (it may begin out of
+    phase with the unit: "or or or")."""
+    start = len(text) - size
+    while start > 0 and text[start - 1] == text[start - 1 + size]:
+        start -= 1
+    return start
+
+
 def cut_loop(text: str) -> str:
-    """The text up to the end of the first copy of a degenerate loop that ends it."""
-    start = loop_start(text.rstrip())
-    return text if start is None else text[:start]
+    """The text up to the end of the first copy of a degenerate loop that ends it, with or
+    without its trailing whitespace (`name, name, name, ` is a loop of `name, `: the loop
+    that stopped decoding; stripped, it is not one)."""
+    for end in (text, text.rstrip()):
+        start = loop_start(end)
+        if start is not None:
+            return text[:start]
+    return text
 
 
 def statement_in_expression(text: str, situation: CursorSituation) -> bool:
@@ -164,4 +176,21 @@ def partial(text: str, situation: CursorSituation, multiline: bool) -> str:
         return finish(text, situation, multiline)  # the line is done
     line_start = text.rfind("\n") + 1
     last = text[line_start:]
-    return finish(text[:line_start] + WORD_TAIL.sub("", last), situation, multiline)
+    shown = finish(text[:line_start] + WORD_TAIL.sub("", last), situation, multiline)
+    return held_back(shown).rstrip()
+
+
+def held_back(text: str) -> str:
+    """The text up to the end of the first copy of a unit that nearly repeats twice at its end:
+    a loop in the making, which the finished completion will cut there, so a partial answer
+    never shows `or or` or `6, 6, 6` on its way to a loop. Units of word characters only
+    (`ll`, `00`) are not held back."""
+    cut = len(text)
+    for size in range(1, min(MAX_LOOP_UNIT, (len(text) + 1) // 2) + 1):
+        unit = text[-size:]
+        if not any(ch.isalnum() for ch in unit) or WORD.fullmatch(unit):
+            continue
+        start = run_start(text, size)
+        if len(text) - start >= 2 * size - 1:
+            cut = min(cut, start + size)
+    return text[:cut]

@@ -382,6 +382,7 @@ class CompletionFlow:
             completion.total_ms,
             completion.stop_reason,
         )
+        self.stats.count("reusedPromptTokens", completion.stats.get("reusedPromptTokens", 0))
         kv_counter = _KV_COUNTERS.get(completion.stats.get("kvCompression", "off"))
         if kv_counter is not None:
             self.stats.count(kv_counter)

@@ -34,6 +34,9 @@ class ServerStats:
         "partialAnswers",  # answered by the first-response deadline, decoding went on
         "prewarms",  # prompts prefilled ahead of a request (pre-warm jobs run)
         "prewarmedTokens",
+        # Prompt tokens the model's completions took from the buffer's kept KV cache (what a
+        # pre-warm or the keystroke before prefilled) instead of prefilling them.
+        "reusedPromptTokens",
         # A serving engine (model.backend): its failures, and the prompt tokens it reported
         # taking from its prefix cache vs computing (summed over the requests that said).
         "engineErrors",

@@ -1,0 +1,160 @@
+"""The latency flow in CompletionEngine with a tiny real model: prompts sized to the measured
+prefill rate, the first-response deadline (what is verified by then, then the whole
+completion), and pre-warm (prefilled ahead, reused, the same completion)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from tiny_models import STDLIB
+
+from memosight_lsp.completion.latency import MIN_PROMPT_TOKENS
+from memosight_lsp.completion.prompt import MARKER_RESERVE
+from memosight_lsp.completion.service import Completion, CompletionEngine, CompletionRequest
+from memosight_lsp.engine.loading import load_model
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+TEXT = (STDLIB / "textwrap.py").read_text()
+LINES = TEXT.split("\n")
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_dir):
+    return load_model(tiny_model_dir, device="cpu")
+
+
+def engine_for(loaded, rate: float | None = None) -> CompletionEngine:
+    engine = CompletionEngine(loaded, time_passes=False)
+    if rate is not None:
+        engine.prefill_rate.observe(1000, 1000 * 1000 / rate)
+    return engine
+
+
+def cursors(count: int, seed: int = 0) -> list[tuple[int, int]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        line = rng.randrange(40, len(LINES) - 1)
+        out.append((line, rng.randrange(0, len(LINES[line]) + 1)))
+    return out
+
+
+def request(line: int, column: int, **extra) -> CompletionRequest:
+    fields = dict(
+        text=TEXT,
+        line=line,
+        column=column,
+        path="/w/textwrap.py",
+        language_id="python",
+        mid_word="complete",
+        max_new_tokens=24,
+    )
+    return CompletionRequest(**{**fields, **extra})
+
+
+def same(a: Completion, b: Completion) -> None:
+    assert (a.raw, a.text, a.stop_reason, a.new_tokens) == (
+        b.raw,
+        b.text,
+        b.stop_reason,
+        b.new_tokens,
+    )
+
+
+def test_warm_up_measures_the_prefill_rate(loaded):
+    engine = engine_for(loaded)
+    req = request(100, 0)
+    assert engine.prefill_rate.settled is None
+    whole = engine.latency_budget(req)
+    assert whole.prompt_tokens == whole.max_prompt_tokens and whole.prefill_chunk == 0
+    engine.warm_up()
+    assert engine.prefill_rate.settled is not None and engine.prefill_rate.samples == 1
+    assert engine.latency(req)["prefillRate"]["tokensPerS"] > 0
+    # Completions refine the rate once it is measured.
+    engine.complete(request(100, 0, buffer_id="file:///a.py"))
+    assert engine.prefill_rate.samples == 2
+
+
+def test_a_slow_model_gets_a_smaller_prompt(loaded):
+    slow, fast, unmeasured = engine_for(loaded, 50), engine_for(loaded, 1e6), engine_for(loaded)
+    line, column = 300, 0
+    report = slow.latency(request(line, column))  # before the completion's own sample moves it
+    assert report["promptTokens"] == MIN_PROMPT_TOKENS and report["prefillChunk"] == 64
+    assert report["stablePrompts"] == {"buffers": 0, "reused": 0, "packed": 0}
+    small = slow.complete(request(line, column))
+    large = fast.complete(request(line, column))
+    whole = unmeasured.complete(request(line, column))
+    assert small.prompt_tokens <= MIN_PROMPT_TOKENS + MARKER_RESERVE
+    assert small.prompt_tokens < large.prompt_tokens <= whole.prompt_tokens
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_a_deadline_answers_with_what_is_verified_then_the_whole_completion(loaded, plain):
+    engine, reference = engine_for(loaded, 2000), engine_for(loaded, 2000)
+    shown_any = False
+    for i, (line, column) in enumerate(cursors(10, seed=3)):
+        req = request(line, column, plain=plain, buffer_id=f"file:///{i}.py")
+        partials: list[Completion] = []
+        got = engine.complete(req, deadline=time.monotonic(), on_partial=partials.append)
+        want = reference.complete(req)
+        same(got, want)  # the deadline changes nothing in the completion itself
+        assert partials, "a passed deadline answers at once"
+        assert all(p.stop_reason == "partial" for p in partials)
+        texts = [p.text for p in partials]
+        assert len(set(texts)) == len(texts)  # handed on again only when it changed
+        for text in texts:
+            common = min(len(text), len(got.text))
+            assert text[:common] == got.text[:common], (text, got.text)
+            shown_any |= bool(text)
+        # Prefixes of the raw output, token by token.
+        assert all(got.raw.startswith(p.raw) for p in partials)
+        assert [p.new_tokens for p in partials] == sorted(p.new_tokens for p in partials)
+    assert shown_any
+
+
+def test_no_partial_answer_before_the_deadline(loaded):
+    engine = engine_for(loaded, 2000)
+    partials: list[Completion] = []
+    got = engine.complete(
+        request(200, 0), deadline=time.monotonic() + 3600, on_partial=partials.append
+    )
+    assert partials == [] and got.stop_reason != "partial"
+
+
+def test_prewarm_is_reused_and_gives_the_same_completion(loaded):
+    # A rate whose sizes are at their caps: the samples of the tiny model's own prefills (fast or
+    # slow on a busy machine) do not change the prompt between the pre-warm and the completion.
+    engine, reference = engine_for(loaded, 1e6), engine_for(loaded, 1e6)
+    for i, (line, column) in enumerate(cursors(4, seed=5)):
+        req = request(line, column, buffer_id=f"file:///w{i}.py")
+        done = engine.prewarm(req)
+        assert not done["cancelled"] and done["reusedPromptTokens"] == 0
+        assert done["prefilledTokens"] == done["promptTokens"] > 0
+        got = engine.complete(req)
+        assert got.stats["reusedPromptTokens"] == got.prompt_tokens - 1
+        same(got, reference.complete(req))
+        # Pre-warming what is already prefilled prefills one token.
+        assert engine.prewarm(req)["prefilledTokens"] <= got.prompt_tokens
+
+
+def test_prewarm_is_off_for_plain_decoding_and_one_off_requests(loaded):
+    engine = engine_for(loaded, 2000)
+    for req in (request(100, 0, buffer_id="file:///p.py", plain=True), request(100, 0)):
+        assert engine.prewarm(req) == {"promptTokens": 0, "prefilledTokens": 0, "cancelled": False}
+    assert len(engine.decoder.prefix_cache) == 0
+
+
+def test_a_cancelled_prewarm_keeps_its_part_for_the_completion(loaded):
+    engine, reference = engine_for(loaded, 100), engine_for(loaded, 100)  # 64-token chunks
+    req = request(300, 0, buffer_id="file:///c.py")
+    chunk = engine.latency_budget(req).prefill_chunk
+    assert chunk == 64
+    polls = []
+    done = engine.prewarm(req, cancelled=lambda: polls.append(1) or len(polls) >= 2)
+    assert done["cancelled"] and done["prefilledTokens"] == 0
+    got = engine.complete(req)
+    assert got.stats["reusedPromptTokens"] == 2 * chunk
+    same(got, reference.complete(req))
