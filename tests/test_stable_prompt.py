@@ -180,3 +180,19 @@ def test_least_recently_used_buffers_are_dropped_first(engine):
         engine.prepare(request(buffer_id=f"file:///{name}.py"))
     assert "file:///a.py" not in engine.stable
     assert engine.stable.stats()["buffers"] == 2
+
+
+def test_a_head_pinned_at_the_end_of_a_file_still_gives_a_suffix_further_up(tiny_model_dir):
+    # No measured rate: the whole budget and an unbounded suffix. A pre-warm pins the head with
+    # the cursor at the end of the buffer (nothing after it); a later cursor with code below
+    # must still see that code.
+    engine = CompletionEngine(load_model(tiny_model_dir, device="cpu"), time_passes=False)
+    text = "def add(a, b):\n    \n\nprint(add(1, 2))\n"
+    end_line = text.count("\n")
+    engine.prepare(request(text, end_line, 0, budget_tokens=512))
+    up = engine.prepare(request(text, 1, 4, budget_tokens=512))
+    assert up.context.suffix.startswith("\n\nprint(add(1, 2))")
+    assert [s.kind for s in up.context.snippets][-2:] == ["prefix", "suffix"]
+    engine.stable.forget(BUFFER)
+    fresh = engine.prepare(request(text, 1, 4, budget_tokens=512))
+    assert fresh.context.suffix == up.context.suffix
