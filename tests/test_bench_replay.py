@@ -50,10 +50,10 @@ def test_one_body_typed_through_the_server(tiny_model_dir, tmp_path):
         "-m",
         "memosight_lsp.bench.replay",
         *("--model", str(tiny_model_dir), "--functions", "1", "--threads", "1"),
-        *("--keystroke-ms", "0", "--open-pause-ms", "0", "--max-seconds", "40"),
+        *("--keystroke-ms", "0", "--open-pause-ms", "0", "--max-seconds", "240"),
         *("--settings", settings, "--plot", str(tmp_path / "plot.png")),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=480)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     ours = result["memosight"]
