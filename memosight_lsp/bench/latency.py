@@ -28,7 +28,7 @@ SOURCE_FILE = Path(sysconfig.get_paths()["stdlib"]) / "argparse.py"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memosight bench latency", description=__doc__)
-    parser.add_argument("--model", help="model folder (default: the embedded model)")
+    parser.add_argument("--model", help="model folder or .gguf file (default: the embedded model)")
     parser.add_argument("--lines", type=int, default=1000, help="lines in the test file")
     parser.add_argument("--samples", type=int, default=8, help="completions per measurement")
     parser.add_argument("--read-ms", type=int, default=600, help="time the user reads a hint")
