@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from memosight_lsp.config import Settings
-from memosight_lsp.context import PackedContext, Rerank, build_context
+from memosight_lsp.context import PackedContext, Packing, Rerank, build_context
 from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
@@ -76,6 +76,10 @@ class CompletionRequest:
     index: WorkspaceIndex | None = None
     open_buffers: Mapping[str, str] = field(default_factory=dict)
     recent_edits: tuple[tuple[str, int], ...] = ()
+    # How the budget is shared with an index (context.Packing), and other files' snippets in the
+    # model family's repository format where its vocabulary has one (else path marker comments).
+    packing: Packing = field(default_factory=Packing)
+    repo_format: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings, **request: Any) -> CompletionRequest:
@@ -184,6 +188,7 @@ def pack_context(
         recent_edits=request.recent_edits,
         rerank=rerank,
         max_suffix_tokens=max_suffix_tokens,
+        packing=request.packing,
     )
 
 
@@ -292,6 +297,8 @@ class CompletionEngine:
             request.path,
             request.language_id,
             others,
+            request.packing,
+            request.repo_format,
         )
         buffer = request.buffer_id if stable else None
         packed = None
@@ -317,7 +324,29 @@ class CompletionEngine:
             )
             if buffer is not None:
                 self.stable.pin(buffer, key, request.text, request.line, request.column, packed)
-        return build_prompt(packed, self.loaded.fim, budget=budget, stable_head=reused)
+        return build_prompt(
+            packed,
+            self.loaded.fim,
+            budget=budget,
+            stable_head=reused,
+            repo=self.repo_name(request),
+        )
+
+    def repo_name(self, request: CompletionRequest) -> str | None:
+        """The repository name of the request's prompt in the repository format, None for path
+        marker comments: the request asks for it, has an index and the vocabulary has the
+        format's tokens."""
+        fim = self.loaded.fim
+        if not request.repo_format or request.index is None or fim is None:
+            return None
+        tokens = (fim.repo_name_token, fim.file_sep_token)
+        if not all(t is not None and t in self.vocabulary_tokens for t in tokens):
+            return None
+        return request.index.root.name
+
+    @cached_property
+    def vocabulary_tokens(self) -> frozenset[str]:
+        return frozenset(self.loaded.tokenizer.get_vocab())
 
     def chunk_rerank(self, budget: int) -> Rerank | None:
         """The model as second-stage context ranker, where the policy allows it."""

@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from memosight_lsp.workspace import LanguageSpec, WorkspaceIndex, language_for
 
 from .far_prefix import split_prefix, summarize_above
-from .rank import Ranker
+from .lexical import identifiers
+from .rank import NEAR_LINES_ABOVE, NEAR_LINES_BELOW, Candidate, Ranker
 from .render import join_lines, render_head
 from .select import Piece, Selector, model_order, overlaps, path_marker
 from .tokens import TokenCounter, counter_for, grow_upward
-from .types import PackedContext, Rerank, Snippet
+from .types import DEFAULT_PACKING, PackedContext, Packing, Rerank, Snippet
 
 SUFFIX_SHARE_INDEXED = 1 / 8
 SUFFIX_SHARE_PLAIN = 1 / 4
@@ -217,6 +218,7 @@ def build_context(
     recent_edits: Sequence[tuple[str, int]] = (),
     rerank: Rerank | None = None,
     max_suffix_tokens: int | None = None,
+    packing: Packing = DEFAULT_PACKING,
 ) -> PackedContext:
     """The prompt halves for a completion at (line, column) — 0-based line, str-index column.
 
@@ -225,6 +227,7 @@ def build_context(
     file alone. `rerank` reorders the structural ranker's best candidates when they overflow.
     A `TokenCounter` given as `count_tokens` keeps its memo of counted lines from call to call.
     `max_suffix_tokens` bounds the code after the cursor below its share of the budget.
+    `packing` changes how the budget is shared with an index (types.Packing).
     """
     if budget_tokens <= 0:
         return PackedContext.empty()
@@ -264,7 +267,7 @@ def build_context(
             open_buffers=open_buffers,
             recent_edits=recent_edits,
         )
-        _ranked(layout, budget, counter, ranker, spec, rerank, max_suffix)
+        _ranked(layout, budget, counter, ranker, spec, rerank, max_suffix, packing)
     prefix, tokens = _fit(layout, budget, counter)
     return PackedContext(
         prefix=prefix,
@@ -274,6 +277,8 @@ def build_context(
         reranked=layout.reranked,
         cross_chars=len(layout.cross_text()),
         cross_files=layout.cross_files(),
+        current_path=current,
+        marker_chars=len(layout.marker),
     )
 
 
@@ -300,14 +305,22 @@ def _ranked(
     spec: LanguageSpec,
     rerank: Rerank | None,
     max_suffix: int,
+    packing: Packing,
 ) -> None:
     lines, line, column = layout.lines, layout.line, layout.column
-    layout.suffix_end, layout.suffix_text, suffix_used = suffix_window(
-        lines, line, column, min(int(budget * SUFFIX_SHARE_INDEXED), max_suffix), counter
-    )
     marker = counter.piece(layout.marker)
+    # The floor of lines above the cursor comes first, then the suffix's share of what is left.
+    floor_used = 0
+    if packing.prefix_floor_lines > 0:
+        top = max(0, line - packing.prefix_floor_lines)
+        _, _, floor_used = _prefix_window(lines, line, column, budget - marker, counter, top)
+    share = SUFFIX_SHARE_INDEXED if packing.suffix_share is None else packing.suffix_share
+    suffix_room = min(int(budget * share), max_suffix, budget - marker - floor_used)
+    layout.suffix_end, layout.suffix_text, suffix_used = suffix_window(
+        lines, line, column, max(0, suffix_room), counter
+    )
     start, _, window_used = _prefix_window(
-        lines, line, column, int(budget * MIN_PREFIX_SHARE), counter
+        lines, line, column, max(floor_used, int(budget * MIN_PREFIX_SHARE)), counter
     )
     # Heads of the enclosing definitions the window does not reach.
     heads: list[Piece] = []
@@ -334,6 +347,8 @@ def _ranked(
     chosen: list[Piece] = []
     if room > 0:
         candidates = ranker.rank()
+        if packing.foreign_only:
+            candidates = foreign_candidates(candidates, ranker)
         if rerank is not None:
             target = join_lines(lines[max(0, line - rerank.target_lines) : line])
             target += lines[line][:column]
@@ -364,6 +379,22 @@ def _ranked(
                 local.remove(p)
     layout.window_start, layout.prefix_text = start, prefix_text
     layout.local = heads + local
+
+
+def foreign_candidates(candidates: list[Candidate], ranker: Ranker) -> list[Candidate]:
+    """Packing.foreign_only: the current file's own definitions (the selector leaves out those
+    in view) and other files' definitions of names that the lines near the cursor use or the
+    file imports, and that the file does not define itself; no similar windows."""
+    lines, line = ranker.lines, ranker.line
+    near = "\n".join(lines[max(0, line - NEAR_LINES_ABOVE) : line + NEAR_LINES_BELOW + 1])
+    wanted = set(identifiers(near))
+    wanted.update(imp.alias for imp in ranker.symbols.imports if imp.alias)
+    wanted -= {d.name for d in ranker.symbols.definitions if d.parent < 0}
+    return [
+        c
+        for c in candidates
+        if c.definition is not None and (c.path == ranker.rel or c.definition.name in wanted)
+    ]
 
 
 def _fit(layout: _Layout, budget: int, counter: TokenCounter) -> tuple[str, int]:
