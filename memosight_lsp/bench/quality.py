@@ -18,6 +18,8 @@ Strategies (`--strategies`, comma-separated; variants join with `+`, e.g. `floor
   default   the settings' defaults as they are
   packed    the first packing, explicitly (pack.py's shares, path marker comments)
   floorN    N lines above the cursor before any snippet, then the suffix, snippets from the rest
+  shareP    other files' snippets in at most P% of the budget, then the current file packed as
+            alone (nearest lines, the code above them compressed, suffix B/4) in the rest
   suffix4   the suffix gets B/4 (as without an index) instead of B/8
   foreign   snippets only for names used near the cursor or imported, not defined in the file
   repo      other files in the model family's repository format (Qwen2.5-Coder `<|file_sep|>`)
@@ -108,7 +110,7 @@ class Strategy:
     repo_format: bool | None = None  # None: the settings' defaults
 
 
-_VARIANT = re.compile(r"floor(\d+)|suffix4|foreign|repo")
+_VARIANT = re.compile(r"floor(\d+)|share(\d+)|suffix4|foreign|repo")
 
 
 def parse_strategy(name: str) -> Strategy:
@@ -126,6 +128,8 @@ def parse_strategy(name: str) -> Strategy:
             raise ValueError(f"unknown strategy part {part!r} in {name!r}")
         if match.group(1):
             packing = dataclasses.replace(packing, prefix_floor_lines=int(match.group(1)))
+        elif match.group(2):
+            packing = dataclasses.replace(packing, cross_share=int(match.group(2)) / 100)
         elif part == "suffix4":
             packing = dataclasses.replace(packing, suffix_share=1 / 4)
         elif part == "foreign":

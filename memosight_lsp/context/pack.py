@@ -267,7 +267,10 @@ def build_context(
             open_buffers=open_buffers,
             recent_edits=recent_edits,
         )
-        _ranked(layout, budget, counter, ranker, spec, rerank, max_suffix, packing)
+        if packing.cross_share is not None:
+            _shared(layout, budget, counter, ranker, spec, max_suffix, packing)
+        else:
+            _ranked(layout, budget, counter, ranker, spec, rerank, max_suffix, packing)
     prefix, tokens = _fit(layout, budget, counter)
     return PackedContext(
         prefix=prefix,
@@ -295,6 +298,28 @@ def _plain(layout: _Layout, budget: int, counter: TokenCounter, max_suffix: int)
         prefix_lines = [*lines[:line], lines[line][:column]]
         start, layout.far_text, text = split_prefix(prefix_lines, room, counter)
     layout.window_start, layout.prefix_text = start, text
+
+
+def _shared(
+    layout: _Layout,
+    budget: int,
+    counter: TokenCounter,
+    ranker: Ranker,
+    spec: LanguageSpec,
+    max_suffix: int,
+    packing: Packing,
+) -> None:
+    """Packing.cross_share: other files' snippets in at most that share of the budget, then the
+    current file in what they left, packed as without an index (_plain)."""
+    assert packing.cross_share is not None
+    room = int(budget * packing.cross_share)
+    if room > 0:
+        candidates = [c for c in ranker.rank() if c.path != layout.current]
+        if packing.foreign_only:
+            candidates = foreign_candidates(candidates, ranker)
+        selector = Selector(ranker, counter, spec, layout.current)
+        layout.cross, _ = selector.select(candidates, room, (0, -1))
+    _plain(layout, budget - counter(layout.cross_text()), counter, max_suffix)
 
 
 def _ranked(

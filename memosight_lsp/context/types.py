@@ -69,6 +69,10 @@ class Packing:
     # Other files' snippets only for names the file uses near the cursor or imports and does not
     # define itself; no similar-window chunks.
     foreign_only: bool = False
+    # Other files' snippets first, in at most this share of the budget, then the current file
+    # packed as it is alone (its nearest lines, the code above them compressed, the suffix at
+    # B/4) in what they left; None: the shares above (pack.py).
+    cross_share: float | None = None
 
 
 DEFAULT_PACKING = Packing()
