@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import random
 import re
@@ -40,7 +41,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -252,6 +253,9 @@ def _pct(value: float, lo: float, hi: float) -> dict:
 
 
 # -- running --------------------------------------------------------------------------------------
+Results = dict[tuple[int, str, str], list[Outcome]]  # (budget, strategy, kind) -> outcomes
+
+
 def complete_case(
     engine: CompletionEngine, request: CompletionRequest, case: QualityCase
 ) -> Outcome:
@@ -279,10 +283,12 @@ def run_cases(
     strategies: Sequence[Strategy],
     budgets: Sequence[int],
     cache_dir: Path,
-) -> dict[tuple[int, str, str], list[Outcome]]:
-    """(budget, strategy, kind) -> one outcome per case of the kind, in case order."""
+    on_progress: Callable[[Results, int], None] | None = None,
+) -> Results:
+    """(budget, strategy, kind) -> one outcome per case of the kind, in case order. Every ten
+    cases `on_progress` gets the results so far and how many cases they hold."""
     indexes: dict[Path, WorkspaceIndex] = {}
-    results: dict[tuple[int, str, str], list[Outcome]] = {}
+    results: Results = {}
     started = time.perf_counter()
     for done, case in enumerate(cases, start=1):
         index = indexes.get(case.root)
@@ -304,11 +310,13 @@ def run_cases(
             sys.stderr.write(
                 f"quality: {done}/{len(cases)} cases, {elapsed:.0f} s, ~{left:.0f} s left\n"
             )
+            if on_progress is not None:
+                on_progress(results, done)
     return results
 
 
 def report(
-    results: dict[tuple[int, str, str], list[Outcome]],
+    results: Results,
     strategies: Sequence[Strategy],
     budgets: Sequence[int],
     seed: int,
@@ -406,28 +414,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     roots = package_roots(args.packages.split(","))
-    cases: list[QualityCase] = []
-    if "crossFile" in kinds:
-        cases += cross_file_cases(roots, args.cases, args.seed)
-    if "random" in kinds:
-        cases += random_cases(roots, args.cases, args.seed)
+    cross = cross_file_cases(roots, args.cases, args.seed) if "crossFile" in kinds else []
+    plain = random_cases(roots, args.cases, args.seed) if "random" in kinds else []
+    # The kinds take turns, so that results written on the way hold as many of each.
+    cases = [c for pair in itertools.zip_longest(cross, plain) for c in pair if c is not None]
     loaded = load_model(args.model, device="cpu", dtype=args.dtype, quantization=args.quantization)
     engine = CompletionEngine(loaded, speculative=False, time_passes=False)
     started = time.perf_counter()
+
+    def summary(results: Results, done: int) -> dict:
+        return {
+            "model": loaded.describe(),
+            "seed": args.seed,
+            "packages": [r.name for r in roots],
+            "cases": {k: sum(c.kind == k for c in cases[:done]) for k in KINDS},
+            "budgets": budgets,
+            "strategies": [s.name for s in strategies],
+            "effectiveBudget": {str(b): engine.context_budget(_sized(b)) for b in budgets},
+            "seconds": round(time.perf_counter() - started, 1),
+            **({"partial": f"{done} of {len(cases)} cases"} if done < len(cases) else {}),
+            "quality": report(results, strategies, budgets, args.seed),
+        }
+
+    def write_partial(results: Results, done: int) -> None:
+        if args.out and done < len(cases):
+            Path(args.out).write_text(json.dumps(summary(results, done), indent=2) + "\n")
+
     with tempfile.TemporaryDirectory() as tmp:
-        results = run_cases(engine, cases, strategies, budgets, Path(tmp))
-    table = report(results, strategies, budgets, args.seed)
-    result = {
-        "model": loaded.describe(),
-        "seed": args.seed,
-        "packages": [r.name for r in roots],
-        "cases": {k: sum(c.kind == k for c in cases) for k in KINDS},
-        "budgets": budgets,
-        "strategies": [s.name for s in strategies],
-        "effectiveBudget": {str(b): engine.context_budget(_sized(b)) for b in budgets},
-        "seconds": round(time.perf_counter() - started, 1),
-        "quality": table,
-    }
+        results = run_cases(engine, cases, strategies, budgets, Path(tmp), write_partial)
+    result = summary(results, len(cases))
+    table = result["quality"]
     text = json.dumps(result, indent=2)
     sys.stdout.write(text + "\n")
     if args.out:
