@@ -122,6 +122,7 @@ def test_bench_quality_end_to_end_on_the_embedded_model(tmp_path: Path, capsys) 
     out, png = tmp_path / "q.json", tmp_path / "q.png"
     argv = ["--packages", "pathspec", "--cases", "2", "--strategies", "file,default,share25+repo"]
     argv += ["--budgets", "256,512", "--threads", "1", "--out", str(out), "--plot", str(png)]
+    argv += ["--examples", "1"]
     assert quality.main(argv) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(out.read_text())
@@ -139,3 +140,6 @@ def test_bench_quality_end_to_end_on_the_embedded_model(tmp_path: Path, capsys) 
                 assert ("vsFile" in cell) == (name != "file")
         assert cells["file"]["crossFile"]["recall"] == 0.0
     assert png.stat().st_size > 10_000
+    assert [e["kind"] for e in printed["examples"]] == ["crossFile", "random"]
+    assert set(printed["examples"][0]["predictions"]) == {"file", "default", "share25+repo"}
+    assert printed["examples"][0]["path"].startswith("pathspec/")

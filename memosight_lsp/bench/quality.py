@@ -179,6 +179,7 @@ class Outcome:
     recalled: bool | None  # crossFile: the callee's header was in the prompt
     prompt_tokens: int
     ms: float
+    prediction: str = ""
 
 
 def first_token_match(prediction: str, target: str, encode) -> bool:
@@ -274,6 +275,7 @@ def complete_case(
         recalled=recalled,
         prompt_tokens=completion.prompt_tokens,
         ms=(time.perf_counter() - started) * 1000,
+        prediction=prediction,
     )
 
 
@@ -340,6 +342,36 @@ def report(
     return out
 
 
+def examples(
+    results: Results,
+    cases: Sequence[QualityCase],
+    strategies: Sequence[Strategy],
+    budget: int,
+    count: int,
+) -> list[dict]:
+    """The first `count` cases of each kind: where, the expected line and each strategy's
+    prediction at `budget`."""
+    out = []
+    for kind in KINDS:
+        of_kind = [c for c in cases if c.kind == kind]
+        for i, case in enumerate(of_kind[:count]):
+            predictions = {}
+            for strategy in strategies:
+                outcomes = results.get((budget, strategy.name, kind), [])
+                if i < len(outcomes):
+                    predictions[strategy.name] = outcomes[i].prediction
+            out.append(
+                {
+                    "kind": kind,
+                    "path": str(Path(case.case.path).relative_to(case.root.parent)),
+                    "line": case.case.line,
+                    "target": case.case.target,
+                    "predictions": predictions,
+                }
+            )
+    return out
+
+
 def plot(table: dict, path: str, title: str) -> None:
     """Exact match (with its 95% interval) per budget, one line per strategy, one panel per kind."""
     import matplotlib
@@ -395,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--packages", default=",".join(PACKAGES), help="site-packages folders")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
+    parser.add_argument("--examples", type=int, default=0, help="show N cases' predictions")
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--plot", help="draw exact match per budget and strategy into this PNG")
     args = parser.parse_args(argv)
@@ -434,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": round(time.perf_counter() - started, 1),
             **({"partial": f"{done} of {len(cases)} cases"} if done < len(cases) else {}),
             "quality": report(results, strategies, budgets, args.seed),
+            "examples": examples(results, cases[:done], strategies, budgets[0], args.examples),
         }
 
     def write_partial(results: Results, done: int) -> None:
