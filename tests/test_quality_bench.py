@@ -138,6 +138,7 @@ def test_bench_quality_end_to_end_on_the_embedded_model(tmp_path: Path, capsys) 
                 assert 0 <= cell["exactMatch"]["lo"] <= cell["exactMatch"]["hi"] <= 100
                 assert ("recall" in cell) == (kind == "crossFile")
                 assert ("vsFile" in cell) == (name != "file")
+                assert ("vsDefault" in cell) == (name != "default")
         assert cells["file"]["crossFile"]["recall"] == 0.0
     assert png.stat().st_size > 10_000
     assert [e["kind"] for e in printed["examples"]] == ["crossFile", "random"]

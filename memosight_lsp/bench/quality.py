@@ -323,7 +323,8 @@ def report(
     budgets: Sequence[int],
     seed: int,
 ) -> dict:
-    """{budget: {strategy: {kind: summary + vsFile}}}; vsFile where `file` was run."""
+    """{budget: {strategy: {kind: summary + vsFile, vsDefault}}}: the paired differences from
+    `file` and `default` where they were run."""
     out: dict = {}
     for budget in budgets:
         per_strategy: dict = {}
@@ -334,9 +335,10 @@ def report(
                 if not outcomes:
                     continue
                 per_kind[kind] = summarize(outcomes, seed)
-                baseline = results.get((budget, "file", kind))
-                if baseline and strategy.name != "file":
-                    per_kind[kind]["vsFile"] = versus(outcomes, baseline, seed)
+                for base, key in (("file", "vsFile"), ("default", "vsDefault")):
+                    baseline = results.get((budget, base, kind))
+                    if baseline and strategy.name != base:
+                        per_kind[kind][key] = versus(outcomes, baseline, seed)
             per_strategy[strategy.name] = per_kind
         out[str(budget)] = per_strategy
     return out
