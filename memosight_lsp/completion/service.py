@@ -48,6 +48,12 @@ RATE_PROBE_TOKENS = 256  # the prefill timed at warm-up for the first rate
 # Called on the worker with what a completion still decoding has verified (Completion.text).
 PartialListener = Callable[["Completion"], None]
 
+
+def packing_for(settings: Settings) -> Packing:
+    """How the context settings share the budget (context.Packing)."""
+    return Packing(cross_share=settings.context.cross_file_share / 100)
+
+
 # The request's defaults are the settings' defaults (config.py), so the two cannot drift.
 _DEFAULTS = Settings()
 
@@ -78,7 +84,7 @@ class CompletionRequest:
     recent_edits: tuple[tuple[str, int], ...] = ()
     # How the budget is shared with an index (context.Packing), and other files' snippets in the
     # model family's repository format where its vocabulary has one (else path marker comments).
-    packing: Packing = field(default_factory=Packing)
+    packing: Packing = field(default_factory=lambda: packing_for(_DEFAULTS))
     repo_format: bool = False
 
     @classmethod
@@ -95,6 +101,7 @@ class CompletionRequest:
             kv_compression=settings.compression.kv_compression,
             kv_ratio=settings.compression.kv_ratio,
             min_prompt_tokens=settings.compression.min_prompt_tokens,
+            packing=packing_for(settings),
             **request,
         )
 

@@ -268,7 +268,7 @@ def build_context(
             recent_edits=recent_edits,
         )
         if packing.cross_share is not None:
-            _shared(layout, budget, counter, ranker, spec, max_suffix, packing)
+            _shared(layout, budget, counter, ranker, spec, rerank, max_suffix, packing)
         else:
             _ranked(layout, budget, counter, ranker, spec, rerank, max_suffix, packing)
     prefix, tokens = _fit(layout, budget, counter)
@@ -306,6 +306,7 @@ def _shared(
     counter: TokenCounter,
     ranker: Ranker,
     spec: LanguageSpec,
+    rerank: Rerank | None,
     max_suffix: int,
     packing: Packing,
 ) -> None:
@@ -318,6 +319,8 @@ def _shared(
         if packing.foreign_only:
             candidates = foreign_candidates(candidates, ranker)
         selector = Selector(ranker, counter, spec, layout.current)
+        if rerank is not None:
+            candidates = _model_ordered(layout, candidates, rerank, selector, room)
         layout.cross, _ = selector.select(candidates, room, (0, -1))
     _plain(layout, budget - counter(layout.cross_text()), counter, max_suffix)
 
@@ -375,11 +378,7 @@ def _ranked(
         if packing.foreign_only:
             candidates = foreign_candidates(candidates, ranker)
         if rerank is not None:
-            target = join_lines(lines[max(0, line - rerank.target_lines) : line])
-            target += lines[line][:column]
-            reordered = model_order(candidates, rerank, selector, room, target)
-            layout.reranked = reordered is not None
-            candidates = reordered or candidates
+            candidates = _model_ordered(layout, candidates, rerank, selector, room)
         chosen, used = selector.select(candidates, room, (start, layout.suffix_end))
         room -= used
     layout.cross = [p for p in chosen if p.path != layout.current]
@@ -404,6 +403,19 @@ def _ranked(
                 local.remove(p)
     layout.window_start, layout.prefix_text = start, prefix_text
     layout.local = heads + local
+
+
+def _model_ordered(
+    layout: _Layout, candidates: list[Candidate], rerank: Rerank, selector: Selector, room: int
+) -> list[Candidate]:
+    """The candidates in the second-stage ranker's order where it is asked (select.model_order),
+    judged on the lines up to the cursor."""
+    lines, line = layout.lines, layout.line
+    target = join_lines(lines[max(0, line - rerank.target_lines) : line])
+    target += lines[line][: layout.column]
+    reordered = model_order(candidates, rerank, selector, room, target)
+    layout.reranked = reordered is not None
+    return reordered or candidates
 
 
 def foreign_candidates(candidates: list[Candidate], ranker: Ranker) -> list[Candidate]:
