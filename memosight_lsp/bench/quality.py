@@ -8,15 +8,15 @@ Cases come from held-out third-party packages installed from PyPI (never trained
 Every case is completed through CompletionEngine.complete under each context strategy and budget
 (same cases, same model, plain greedy decoding, one line) and scored: next-line exact match,
 edit similarity and first-token accuracy, each with its 95% interval (Wilson for shares, a
-seeded bootstrap for means), and the paired difference from the current file alone with its
-bootstrap interval, so a difference can be told from noise. For cross-file cases the recall of
-the packed context (bench/context_recall.py: the callee's header under its file's marker) is
-reported beside quality.
+seeded bootstrap for means), and the paired differences from the current file alone and from
+the defaults with their bootstrap intervals, so a difference can be told from noise. For
+cross-file cases the recall of the packed context (bench/context_recall.py: the callee's header
+under its file's marker) is reported beside quality.
 
 Strategies (`--strategies`, comma-separated; variants join with `+`, e.g. `floor40+foreign`):
   file      the current file only (`context.crossFile: false`)
   default   the settings' defaults as they are
-  packed    the first packing, explicitly (pack.py's shares, path marker comments)
+  packed    the ranked packing that `context.crossFileShare` replaced (context.Packing())
   floorN    N lines above the cursor before any snippet, then the suffix, snippets from the rest
   shareP    other files' snippets in at most P% of the budget, then the current file packed as
             alone (nearest lines, the code above them compressed, suffix B/4) in the rest
@@ -24,8 +24,8 @@ Strategies (`--strategies`, comma-separated; variants join with `+`, e.g. `floor
   foreign   snippets only for names used near the cursor or imported, not defined in the file
   repo      other files in the model family's repository format (Qwen2.5-Coder `<|file_sep|>`)
 
-    memosight bench quality --model M --cases 200 --strategies file,default,floor40 \\
-        --budgets 1024 --threads 1 --out q.json --plot q.png
+    memosight bench quality --model M --cases 200 --strategies file,default,share10,floor40 \\
+        --budgets 1024 --threads 1 --out q.json --plot q.png --examples 20
 """
 
 from __future__ import annotations
