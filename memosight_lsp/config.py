@@ -67,6 +67,9 @@ class CompletionSettings:
 class ContextSettings:
     budget_tokens: int = 1024
     cross_file: bool = True
+    # The most of the budget other files' snippets take, in percent; the current file is packed
+    # in the rest as it is alone (measured with `memosight bench quality`, docs/context.md).
+    cross_file_share: int = 25
 
 
 @dataclass(kw_only=True)
@@ -98,6 +101,7 @@ NUMERIC_BOUNDS: dict[str, tuple[int, int]] = {
     "debounce_ms": (0, 5000),
     "first_response_ms": (0, 60000),
     "budget_tokens": (0, 131072),
+    "cross_file_share": (0, 100),
     "kv_ratio": (2, 16),
     "min_prompt_tokens": (0, 131072),
     "timeout_ms": (100, 120_000),

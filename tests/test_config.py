@@ -82,7 +82,7 @@ def test_completion_request_defaults_are_the_settings_defaults():
                 "speculative": False,
                 "firstResponseMs": 5,
             },
-            "context": {"budgetTokens": 99},
+            "context": {"budgetTokens": 99, "crossFileShare": 40},
             "compression": {"kvCompression": "lossy-snapkv", "kvRatio": 8, "minPromptTokens": 5},
         }
     )
@@ -93,6 +93,7 @@ def test_completion_request_defaults_are_the_settings_defaults():
     mapped = (
         "max_new_tokens",
         "budget_tokens",
+        "packing",
         "multiline",
         "mid_word",
         "first_response_ms",

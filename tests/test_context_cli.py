@@ -43,7 +43,9 @@ def test_context_json(project: Path, tmp_path: Path, capsys, tiny_model_dir: Pat
     assert data["suffix"].startswith("; x = frobnicate(1)")
     assert 0 < data["promptTokens"] <= 200
     kinds = {(s["path"], s["kind"], s["symbol"]) for s in data["snippets"]}
-    assert ("pkg/util.py", "full", "frobnicate") in kinds
+    # Other files' snippets take at most context.crossFileShare (25%) of the 200 tokens.
+    assert ("pkg/util.py", "signature", "frobnicate") in kinds
+    assert sum(s["tokens"] for s in data["snippets"] if s["path"] == "pkg/util.py") <= 50
     assert set(data["snippets"][0]) == {
         "path",
         "startLine",

@@ -77,6 +77,11 @@ def bpe_count():
 
 @pytest.fixture
 def project(tmp_path: Path) -> tuple[WorkspaceIndex, Path]:
+    return make_project(tmp_path)
+
+
+def make_project(tmp_path: Path) -> tuple[WorkspaceIndex, Path]:
+    """pkg/{models,util,app}.py under tmp_path/proj, indexed (no cache)."""
     root = tmp_path / "proj"
     (root / "pkg").mkdir(parents=True)
     (root / "pkg" / "__init__.py").write_text("")

@@ -13,6 +13,7 @@ BENCHMARKS = {
     "latency": "latency",
     "compress": "compress",
     "model": "model_quality",
+    "quality": "quality",
     "replay": "replay",
     "engines": "engines",
     "fuzz": "fuzz",

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memosight_lsp.config import ContextSettings
+from memosight_lsp.config import ContextSettings, Settings
 from memosight_lsp.context import PackedContext, build_context
 from memosight_lsp.workspace import WorkspaceIndex
 
@@ -91,6 +91,7 @@ def to_json(packed: PackedContext, prompt: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from memosight_lsp.completion.service import packing_for
     from memosight_lsp.engine.loading import ModelLoadError
 
     try:
@@ -119,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         budget_tokens=args.budget,
         count_tokens=count,
         index=index,
+        packing=packing_for(Settings()),  # as completions pack it by default
     )
     # What the model reads: FIM order when the model has FIM tokens, else just the prefix.
     prompt = fim.build(packed.prefix, packed.suffix) if fim is not None else packed.prefix

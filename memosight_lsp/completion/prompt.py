@@ -30,8 +30,25 @@ def build_prompt(
     heal: bool = True,
     budget: LatencyBudget | None = None,
     stable_head: bool = False,
+    repo: str | None = None,
 ) -> Prompt:
+    """The prompt of a packed context. With `repo` (a repository name) and a FIM format that
+    has a repository format, other files' snippets go in that format (repo_layout)."""
     prefix, healed = healing_split(context.prefix) if heal else (context.prefix, "")
-    # Models without FIM see only the code before the cursor.
-    text = prefix if fim is None else fim.build(prefix, context.suffix)
+    if fim is not None and repo is not None and fim.file_sep_token and fim.repo_name_token:
+        text = repo_layout(context, prefix, fim, repo)
+    else:
+        # Models without FIM see only the code before the cursor.
+        text = prefix if fim is None else fim.build(prefix, context.suffix)
     return Prompt(text=text, healed=healed, context=context, budget=budget, stable_head=stable_head)
+
+
+def repo_layout(context: PackedContext, prefix: str, fim: FimFormat, repo: str) -> str:
+    """Qwen2.5-Coder's repository-level FIM prompt: `<|repo_name|>repo`, `<|file_sep|>path` and
+    the text of each other file's snippets, then the current file's `<|file_sep|>path` and the
+    FIM prompt of its own code (its path marker comment dropped: the separator names it)."""
+    assert fim.file_sep_token is not None and fim.repo_name_token is not None
+    files = "".join(f"{fim.file_sep_token}{path}\n{text}" for path, text in context.cross_files)
+    own = prefix[min(len(prefix), context.cross_chars + context.marker_chars) :]
+    current = f"{fim.file_sep_token}{context.current_path}\n"
+    return f"{fim.repo_name_token}{repo}\n{files}{current}{fim.build(own, context.suffix)}"

@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from memosight_lsp.config import Settings
-from memosight_lsp.context import PackedContext, Rerank, build_context
+from memosight_lsp.context import PackedContext, Packing, Rerank, build_context
 from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
@@ -48,6 +48,12 @@ RATE_PROBE_TOKENS = 256  # the prefill timed at warm-up for the first rate
 # Called on the worker with what a completion still decoding has verified (Completion.text).
 PartialListener = Callable[["Completion"], None]
 
+
+def packing_for(settings: Settings) -> Packing:
+    """How the context settings share the budget (context.Packing)."""
+    return Packing(cross_share=settings.context.cross_file_share / 100)
+
+
 # The request's defaults are the settings' defaults (config.py), so the two cannot drift.
 _DEFAULTS = Settings()
 
@@ -76,6 +82,10 @@ class CompletionRequest:
     index: WorkspaceIndex | None = None
     open_buffers: Mapping[str, str] = field(default_factory=dict)
     recent_edits: tuple[tuple[str, int], ...] = ()
+    # How the budget is shared with an index (context.Packing), and other files' snippets in the
+    # model family's repository format where its vocabulary has one (else path marker comments).
+    packing: Packing = field(default_factory=lambda: packing_for(_DEFAULTS))
+    repo_format: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings, **request: Any) -> CompletionRequest:
@@ -91,6 +101,7 @@ class CompletionRequest:
             kv_compression=settings.compression.kv_compression,
             kv_ratio=settings.compression.kv_ratio,
             min_prompt_tokens=settings.compression.min_prompt_tokens,
+            packing=packing_for(settings),
             **request,
         )
 
@@ -184,6 +195,7 @@ def pack_context(
         recent_edits=request.recent_edits,
         rerank=rerank,
         max_suffix_tokens=max_suffix_tokens,
+        packing=request.packing,
     )
 
 
@@ -292,6 +304,8 @@ class CompletionEngine:
             request.path,
             request.language_id,
             others,
+            request.packing,
+            request.repo_format,
         )
         buffer = request.buffer_id if stable else None
         packed = None
@@ -317,7 +331,29 @@ class CompletionEngine:
             )
             if buffer is not None:
                 self.stable.pin(buffer, key, request.text, request.line, request.column, packed)
-        return build_prompt(packed, self.loaded.fim, budget=budget, stable_head=reused)
+        return build_prompt(
+            packed,
+            self.loaded.fim,
+            budget=budget,
+            stable_head=reused,
+            repo=self.repo_name(request),
+        )
+
+    def repo_name(self, request: CompletionRequest) -> str | None:
+        """The repository name of the request's prompt in the repository format, None for path
+        marker comments: the request asks for it, has an index and the vocabulary has the
+        format's tokens."""
+        fim = self.loaded.fim
+        if not request.repo_format or request.index is None or fim is None:
+            return None
+        tokens = (fim.repo_name_token, fim.file_sep_token)
+        if not all(t is not None and t in self.vocabulary_tokens for t in tokens):
+            return None
+        return request.index.root.name
+
+    @cached_property
+    def vocabulary_tokens(self) -> frozenset[str]:
+        return frozenset(self.loaded.tokenizer.get_vocab())
 
     def chunk_rerank(self, budget: int) -> Rerank | None:
         """The model as second-stage context ranker, where the policy allows it."""

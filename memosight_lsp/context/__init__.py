@@ -2,6 +2,14 @@
 the token budget. Counts tokens through a caller-supplied function (no tokenizer imported here)."""
 
 from .pack import build_context, current_name, suffix_window
-from .types import PackedContext, Rerank, Snippet
+from .types import PackedContext, Packing, Rerank, Snippet
 
-__all__ = ["PackedContext", "Rerank", "Snippet", "build_context", "current_name", "suffix_window"]
+__all__ = [
+    "PackedContext",
+    "Packing",
+    "Rerank",
+    "Snippet",
+    "build_context",
+    "current_name",
+    "suffix_window",
+]

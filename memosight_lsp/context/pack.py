@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from memosight_lsp.workspace import LanguageSpec, WorkspaceIndex, language_for
 
 from .far_prefix import split_prefix, summarize_above
-from .rank import Ranker
+from .lexical import identifiers
+from .rank import NEAR_LINES_ABOVE, NEAR_LINES_BELOW, Candidate, Ranker
 from .render import join_lines, render_head
 from .select import Piece, Selector, model_order, overlaps, path_marker
 from .tokens import TokenCounter, counter_for, grow_upward
-from .types import PackedContext, Rerank, Snippet
+from .types import DEFAULT_PACKING, PackedContext, Packing, Rerank, Snippet
 
 SUFFIX_SHARE_INDEXED = 1 / 8
 SUFFIX_SHARE_PLAIN = 1 / 4
@@ -217,6 +218,7 @@ def build_context(
     recent_edits: Sequence[tuple[str, int]] = (),
     rerank: Rerank | None = None,
     max_suffix_tokens: int | None = None,
+    packing: Packing = DEFAULT_PACKING,
 ) -> PackedContext:
     """The prompt halves for a completion at (line, column) — 0-based line, str-index column.
 
@@ -225,6 +227,7 @@ def build_context(
     file alone. `rerank` reorders the structural ranker's best candidates when they overflow.
     A `TokenCounter` given as `count_tokens` keeps its memo of counted lines from call to call.
     `max_suffix_tokens` bounds the code after the cursor below its share of the budget.
+    `packing` changes how the budget is shared with an index (types.Packing).
     """
     if budget_tokens <= 0:
         return PackedContext.empty()
@@ -264,7 +267,10 @@ def build_context(
             open_buffers=open_buffers,
             recent_edits=recent_edits,
         )
-        _ranked(layout, budget, counter, ranker, spec, rerank, max_suffix)
+        if packing.cross_share is not None:
+            _shared(layout, budget, counter, ranker, spec, rerank, max_suffix, packing)
+        else:
+            _ranked(layout, budget, counter, ranker, spec, rerank, max_suffix, packing)
     prefix, tokens = _fit(layout, budget, counter)
     return PackedContext(
         prefix=prefix,
@@ -274,6 +280,8 @@ def build_context(
         reranked=layout.reranked,
         cross_chars=len(layout.cross_text()),
         cross_files=layout.cross_files(),
+        current_path=current,
+        marker_chars=len(layout.marker),
     )
 
 
@@ -292,6 +300,31 @@ def _plain(layout: _Layout, budget: int, counter: TokenCounter, max_suffix: int)
     layout.window_start, layout.prefix_text = start, text
 
 
+def _shared(
+    layout: _Layout,
+    budget: int,
+    counter: TokenCounter,
+    ranker: Ranker,
+    spec: LanguageSpec,
+    rerank: Rerank | None,
+    max_suffix: int,
+    packing: Packing,
+) -> None:
+    """Packing.cross_share: other files' snippets in at most that share of the budget, then the
+    current file in what they left, packed as without an index (_plain)."""
+    assert packing.cross_share is not None
+    room = int(budget * packing.cross_share)
+    if room > 0:
+        candidates = [c for c in ranker.rank() if c.path != layout.current]
+        if packing.foreign_only:
+            candidates = foreign_candidates(candidates, ranker)
+        selector = Selector(ranker, counter, spec, layout.current)
+        if rerank is not None:
+            candidates = _model_ordered(layout, candidates, rerank, selector, room)
+        layout.cross, _ = selector.select(candidates, room, (0, -1))
+    _plain(layout, budget - counter(layout.cross_text()), counter, max_suffix)
+
+
 def _ranked(
     layout: _Layout,
     budget: int,
@@ -300,14 +333,22 @@ def _ranked(
     spec: LanguageSpec,
     rerank: Rerank | None,
     max_suffix: int,
+    packing: Packing,
 ) -> None:
     lines, line, column = layout.lines, layout.line, layout.column
-    layout.suffix_end, layout.suffix_text, suffix_used = suffix_window(
-        lines, line, column, min(int(budget * SUFFIX_SHARE_INDEXED), max_suffix), counter
-    )
     marker = counter.piece(layout.marker)
+    # The floor of lines above the cursor comes first, then the suffix's share of what is left.
+    floor_used = 0
+    if packing.prefix_floor_lines > 0:
+        top = max(0, line - packing.prefix_floor_lines)
+        _, _, floor_used = _prefix_window(lines, line, column, budget - marker, counter, top)
+    share = SUFFIX_SHARE_INDEXED if packing.suffix_share is None else packing.suffix_share
+    suffix_room = min(int(budget * share), max_suffix, budget - marker - floor_used)
+    layout.suffix_end, layout.suffix_text, suffix_used = suffix_window(
+        lines, line, column, max(0, suffix_room), counter
+    )
     start, _, window_used = _prefix_window(
-        lines, line, column, int(budget * MIN_PREFIX_SHARE), counter
+        lines, line, column, max(floor_used, int(budget * MIN_PREFIX_SHARE)), counter
     )
     # Heads of the enclosing definitions the window does not reach.
     heads: list[Piece] = []
@@ -334,12 +375,10 @@ def _ranked(
     chosen: list[Piece] = []
     if room > 0:
         candidates = ranker.rank()
+        if packing.foreign_only:
+            candidates = foreign_candidates(candidates, ranker)
         if rerank is not None:
-            target = join_lines(lines[max(0, line - rerank.target_lines) : line])
-            target += lines[line][:column]
-            reordered = model_order(candidates, rerank, selector, room, target)
-            layout.reranked = reordered is not None
-            candidates = reordered or candidates
+            candidates = _model_ordered(layout, candidates, rerank, selector, room)
         chosen, used = selector.select(candidates, room, (start, layout.suffix_end))
         room -= used
     layout.cross = [p for p in chosen if p.path != layout.current]
@@ -364,6 +403,35 @@ def _ranked(
                 local.remove(p)
     layout.window_start, layout.prefix_text = start, prefix_text
     layout.local = heads + local
+
+
+def _model_ordered(
+    layout: _Layout, candidates: list[Candidate], rerank: Rerank, selector: Selector, room: int
+) -> list[Candidate]:
+    """The candidates in the second-stage ranker's order where it is asked (select.model_order),
+    judged on the lines up to the cursor."""
+    lines, line = layout.lines, layout.line
+    target = join_lines(lines[max(0, line - rerank.target_lines) : line])
+    target += lines[line][: layout.column]
+    reordered = model_order(candidates, rerank, selector, room, target)
+    layout.reranked = reordered is not None
+    return reordered or candidates
+
+
+def foreign_candidates(candidates: list[Candidate], ranker: Ranker) -> list[Candidate]:
+    """Packing.foreign_only: the current file's own definitions (the selector leaves out those
+    in view) and other files' definitions of names that the lines near the cursor use or the
+    file imports, and that the file does not define itself; no similar windows."""
+    lines, line = ranker.lines, ranker.line
+    near = "\n".join(lines[max(0, line - NEAR_LINES_ABOVE) : line + NEAR_LINES_BELOW + 1])
+    wanted = set(identifiers(near))
+    wanted.update(imp.alias for imp in ranker.symbols.imports if imp.alias)
+    wanted -= {d.name for d in ranker.symbols.definitions if d.parent < 0}
+    return [
+        c
+        for c in candidates
+        if c.definition is not None and (c.path == ranker.rel or c.definition.name in wanted)
+    ]
 
 
 def _fit(layout: _Layout, budget: int, counter: TokenCounter) -> tuple[str, int]:

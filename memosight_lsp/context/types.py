@@ -33,6 +33,10 @@ class PackedContext:
     # apart from the current file (llama.cpp's /infill input_extra).
     cross_chars: int = 0
     cross_files: tuple[tuple[str, str], ...] = ()
+    # The current file: how the context names it, and the length of its path marker, which
+    # starts prefix[cross_chars:] (0: no marker), for prompt layouts that name files their way.
+    current_path: str = ""
+    marker_chars: int = 0
 
     @classmethod
     def empty(cls) -> PackedContext:
@@ -50,3 +54,25 @@ class Rerank:
     max_candidates: int = 32  # one model pass each: caps the latency
     min_overflow: float = 1.5  # their tokens / the room for snippets before it pays
     target_lines: int = 16  # lines up to the cursor that the chunks are judged on
+
+
+@dataclass(frozen=True, kw_only=True)
+class Packing:
+    """How the budget is shared between the current file and other files' snippets (with an
+    index; the current file alone ignores it). The defaults are today's packing (pack.py)."""
+
+    # Lines right above the cursor kept before any snippet (as many as fit; 0: none beyond
+    # the token share below).
+    prefix_floor_lines: int = 0
+    # The suffix's share of the budget (None: B/8 with an index, as pack.py says).
+    suffix_share: float | None = None
+    # Other files' snippets only for names the file uses near the cursor or imports and does not
+    # define itself; no similar-window chunks.
+    foreign_only: bool = False
+    # Other files' snippets first, in at most this share of the budget, then the current file
+    # packed as it is alone (its nearest lines, the code above them compressed, the suffix at
+    # B/4) in what they left; None: the shares above (pack.py).
+    cross_share: float | None = None
+
+
+DEFAULT_PACKING = Packing()

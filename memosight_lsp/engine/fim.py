@@ -23,6 +23,10 @@ class FimFormat:
     spaced: bool = False
     # Trained with suffix-first prompts too (StarCoder's and CodeLlama's FIM used both orders).
     suffix_first: bool = False
+    # The family's repository format (Qwen2.5-Coder: `<|repo_name|>name` then `<|file_sep|>path`
+    # before each file's text, the FIM prompt last under the current file's path); None: none.
+    repo_name_token: str | None = None
+    file_sep_token: str | None = None
 
     def build(self, prefix: str, suffix: str) -> str:
         """The prompt, in SPM order where the family was trained with it, else PSM."""
@@ -52,6 +56,8 @@ QWEN = FimFormat(
     suffix_token="<|fim_suffix|>",
     middle_token="<|fim_middle|>",
     stop_tokens=("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>"),
+    repo_name_token="<|repo_name|>",
+    file_sep_token="<|file_sep|>",
 )
 STARCODER = FimFormat(
     name="starcoder",

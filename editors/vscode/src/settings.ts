@@ -35,6 +35,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'completion.firstResponseMs', default: 300 },
   { key: 'context.budgetTokens', default: 1024 },
   { key: 'context.crossFile', default: true },
+  { key: 'context.crossFileShare', default: 25 },
   { key: 'compression.kvCompression', default: 'off' },
   { key: 'compression.kvRatio', default: 4 },
   { key: 'compression.minPromptTokens', default: 2048 },

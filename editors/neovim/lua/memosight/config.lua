@@ -76,7 +76,7 @@ M.settings_schema = {
     precomputeNext = "boolean",
     firstResponseMs = "number",
   },
-  context = { budgetTokens = "number", crossFile = "boolean" },
+  context = { budgetTokens = "number", crossFile = "boolean", crossFileShare = "number" },
   compression = {
     kvCompression = { "off", "lossless-draft", "lossy-snapkv" },
     kvRatio = "number",

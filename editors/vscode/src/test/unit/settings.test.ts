@@ -26,8 +26,9 @@ const DEFAULTS = {
     speculative: true,
     typeThrough: true,
     precomputeNext: true,
+    firstResponseMs: 300,
   },
-  context: { budgetTokens: 1024, crossFile: true },
+  context: { budgetTokens: 1024, crossFile: true, crossFileShare: 25 },
   compression: { kvCompression: 'off', kvRatio: 4, minPromptTokens: 2048 },
 };
 
