@@ -93,6 +93,9 @@ function makeWorkspace(): string {
     // "default": leave model.path unset, so the server loads its embedded default model.
     ...(MODEL === 'default' ? {} : { 'memosight.model.path': MODEL }),
     'memosight.model.device': 'cpu',
+    // These tests compare whole suggestions: no first-response deadline on a loaded machine (a
+    // partial answer first, the rest later, is tested in tests/test_latency.py).
+    'memosight.completion.firstResponseMs': 0,
     'memosight.serverArgs': ['-v', '--log-file', path.join(ARTIFACTS, 'server.log')],
     'editor.inlineSuggest.enabled': true,
     'editor.quickSuggestions': { other: false, comments: false, strings: false },
