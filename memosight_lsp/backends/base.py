@@ -201,3 +201,27 @@ def fim_from_vocabulary(
 
 def bearer(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+class EngineClient:
+    """What every HTTP backend keeps from its settings: the engine's root URL (`root` turns what
+    the user wrote into it), the model name, the auth header and the FIM override; `info` is
+    what the probe found (None until then)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        fim_override: str = "auto",
+    ) -> None:
+        self.url = self.root(url)
+        self.model = model
+        self.headers = bearer(api_key)
+        self.fim_override = fim_override
+        self.info: EngineInfo | None = None
+
+    @staticmethod
+    def root(url: str) -> str:
+        return url.rstrip("/")

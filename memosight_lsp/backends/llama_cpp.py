@@ -22,12 +22,12 @@ from typing import Any
 from . import http
 from .base import (
     CALIBRATION_TEXT,
+    EngineClient,
     EngineInfo,
     EngineResult,
     GenerateRequest,
     OnText,
     TextStream,
-    bearer,
     fim_from_vocabulary,
 )
 from .openai import _int, api_root
@@ -37,22 +37,10 @@ from .openai import _int, api_root
 CACHE_REUSE = 256
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(EngineClient):
     engine = "llama.cpp"
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        model: str | None = None,
-        api_key: str | None = None,
-        fim_override: str = "auto",
-    ) -> None:
-        self.url = api_root(url)
-        self.model = model
-        self.headers = bearer(api_key)
-        self.fim_override = fim_override
-        self.info: EngineInfo | None = None
+    root = staticmethod(api_root)
 
     def tokenize(self, text: str, deadline: float, *, special: bool = False) -> list[int]:
         """Token ids of `text`; `special`: marker strings become their special tokens."""

@@ -22,12 +22,12 @@ from memosight_lsp.engine.fim import FORMATS_BY_NAME
 from . import http
 from .base import (
     DEFAULT_CHARS_PER_TOKEN,
+    EngineClient,
     EngineInfo,
     EngineResult,
     GenerateRequest,
     OnText,
     TextStream,
-    bearer,
     fim_from_vocabulary,
 )
 from .openai import _int
@@ -35,22 +35,8 @@ from .openai import _int
 KEEP_ALIVE = "30m"  # keep the model (and its KV cache) loaded between keystrokes
 
 
-class OllamaBackend:
+class OllamaBackend(EngineClient):
     engine = "ollama"
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        model: str | None = None,
-        api_key: str | None = None,
-        fim_override: str = "auto",
-    ) -> None:
-        self.url = url.rstrip("/")
-        self.model = model
-        self.headers = bearer(api_key)
-        self.fim_override = fim_override
-        self.info: EngineInfo | None = None
 
     def _model_name(self, deadline: float) -> str:
         if self.model:

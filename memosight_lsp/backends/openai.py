@@ -17,12 +17,12 @@ from memosight_lsp.engine.fim import FORMATS_BY_NAME
 from . import http
 from .base import (
     DEFAULT_CHARS_PER_TOKEN,
+    EngineClient,
     EngineInfo,
     EngineResult,
     GenerateRequest,
     OnText,
     TextStream,
-    bearer,
 )
 
 MAX_STOP = 4  # the OpenAI API takes at most four stop sequences
@@ -34,22 +34,10 @@ def api_root(url: str) -> str:
     return root.removesuffix("/v1")
 
 
-class OpenAIBackend:
+class OpenAIBackend(EngineClient):
     engine = "openai"
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        model: str | None = None,
-        api_key: str | None = None,
-        fim_override: str = "auto",
-    ) -> None:
-        self.url = api_root(url)
-        self.model = model
-        self.headers = bearer(api_key)
-        self.fim_override = fim_override
-        self.info: EngineInfo | None = None
+    root = staticmethod(api_root)
 
     # -- probe ------------------------------------------------------------------------------
 
