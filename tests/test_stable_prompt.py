@@ -12,6 +12,7 @@ from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
 from memosight_lsp.completion.stable_prompt import StablePrompts
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.prefix_cache import common_prefix
+from memosight_lsp.workspace import WorkspaceIndex
 
 TEXT = (STDLIB / "shlex.py").read_text()
 LINES = TEXT.split("\n")
@@ -196,3 +197,20 @@ def test_a_head_pinned_at_the_end_of_a_file_still_gives_a_suffix_further_up(tiny
     engine.stable.forget(BUFFER)
     fresh = engine.prepare(request(text, 1, 4, budget_tokens=512))
     assert fresh.context.suffix == up.context.suffix
+
+
+def test_a_head_pinned_before_the_index_filled_is_packed_again(engine, tmp_path):
+    """A completion can come while a new folder is still being scanned: its head, pinned on the
+    empty index, must not hide the definitions the scan then finds."""
+    (tmp_path / "helpers.py").write_text("def format_money(value):\n    return f'{value:.2f}'\n")
+    main = "from helpers import format_money\n\nprint(format_money(\n"
+    (tmp_path / "main.py").write_text(main)
+    index = WorkspaceIndex(tmp_path, use_cache=False)  # not scanned yet
+    fields = dict(path=str(tmp_path / "main.py"), buffer_id=(tmp_path / "main.py").as_uri())
+    before = engine.prepare(request(main, 2, 19, index=index, **fields))
+    assert "format_money(value)" not in before.context.prefix
+    index.scan()
+    after = engine.prepare(request(main, 2, 19, index=index, **fields))
+    assert not after.stable_head and "def format_money(value)" in after.context.prefix
+    again = engine.prepare(request(main, 2, 19, index=index, **fields))
+    assert again.stable_head  # and the new head holds while nothing else changes

@@ -150,6 +150,26 @@ def test_open_buffers_override_disk(tmp_path: Path) -> None:
     assert index.update_buffer(tmp_path / "notes.txt", "hello") is None  # unknown language
 
 
+def test_catch_up_and_revision_count_disk_changes_only(tmp_path: Path) -> None:
+    """catch_up compares the disk with the indexed files, not with open buffers (an open file
+    is no change), and the revision moves only when what the index serves from disk does."""
+    write(tmp_path, "m.py", "def on_disk(): pass\n")
+    write(tmp_path, "other.py", "def other(): pass\n")
+    index = WorkspaceIndex(tmp_path, use_cache=False)
+    index.scan()
+    scanned = index.revision
+    index.update_buffer(tmp_path / "m.py", "def typed(): pass\n", language_id="python")
+    assert index.catch_up() == 0 and index.revision == scanned
+    index.update_file("m.py")  # the open file saved: its buffer still shadows it
+    assert index.revision == scanned
+    write(tmp_path, "added.py", "def added(): pass\n")
+    (tmp_path / "other.py").unlink()
+    assert index.catch_up() == 2
+    assert index.revision == scanned + 2
+    assert index.definitions("added") and not index.definitions("other")
+    assert index.definitions("typed") and not index.definitions("on_disk")
+
+
 class Changes:
     def __init__(self) -> None:
         self.event = threading.Event()

@@ -294,13 +294,15 @@ class CompletionEngine:
         prompt keeps the head it was packed with while it fits (stable_prompt.py); `stable`
         False packs afresh and leaves the buffer's pinned head alone (a one-off budget)."""
         budget = budget or self.latency_budget(request)
-        # What the pinned head was packed for: another budget, index, file or other open
+        # What the pinned head was packed for: another budget, index (or one that learned of
+        # files since: a head pinned mid-scan would miss them for good), file or other open
         # buffers (edited elsewhere: their snippets may be stale) packs again. Hashing an
         # unchanged buffer is free (str caches its hash).
         others = tuple(sorted((path, hash(text)) for path, text in request.open_buffers.items()))
         key = (
             budget.max_prompt_tokens,
             id(request.index),
+            request.index.revision if request.index is not None else 0,
             request.path,
             request.language_id,
             others,

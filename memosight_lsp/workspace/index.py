@@ -99,6 +99,7 @@ class WorkspaceIndex:
         )(self._parse_unindexed)
         self._lock = threading.RLock()
         self._dirty = False
+        self._revision = 0
 
     # -- paths ---------------------------------------------------------------------------------
     def relpath(self, path: str | Path) -> str:
@@ -143,6 +144,7 @@ class WorkspaceIndex:
         with self._lock:
             self._files = files
             self._rebuild_tables()
+            self._revision += 1
             self._dirty = parsed > 0 or len(files) != len(cached) or reused != len(cached)
         self.save_if_dirty()
         seconds = time.perf_counter() - started
@@ -210,6 +212,7 @@ class WorkspaceIndex:
                 self._resolver.remove(rel)
                 self._reindex_names(rel, before)
                 self._dirty = True
+                self._disk_changed(rel)
 
     def remove_under(self, path: str | Path) -> None:
         """Forget every file below a folder (deleted or moved away)."""
@@ -255,8 +258,10 @@ class WorkspaceIndex:
         or in a burst that overflowed the kernel's inotify queue. Returns the files touched."""
         disk = dict(iter_source_files(self.root, self.max_file_bytes))
         touched = 0
+        with self._lock:
+            indexed = dict(self._files)  # the disk versions: an open buffer is no file's state
         for rel, info in disk.items():
-            known = self.symbols(rel)
+            known = indexed.get(rel)
             if known is None or (known.size, known.mtime_ns) != (info.st_size, info.st_mtime_ns):
                 self.update_file(rel)
                 touched += 1
@@ -272,6 +277,19 @@ class WorkspaceIndex:
         self._resolver.add(rel)
         self._reindex_names(rel, before)
         self._dirty = True
+        self._disk_changed(rel)
+
+    def _disk_changed(self, rel: str) -> None:
+        if rel not in self._buffers:  # an open buffer shadows its file: nothing served changed
+            self._revision += 1
+
+    @property
+    def revision(self) -> int:
+        """Counts the changes to what the index serves from disk (a scan, a file saved, added
+        or removed that no open buffer shadows): a prompt packed at one revision may miss what
+        a later one holds. Edits to open buffers do not count; their texts are known anyway."""
+        with self._lock:
+            return self._revision
 
     # -- open buffers --------------------------------------------------------------------------
     def update_buffer(
