@@ -10,7 +10,7 @@ import pytest
 import torch
 from tiny_models import STDLIB
 
-from memosight_lsp.engine.decoder import Decoder, Run, StopRules
+from memosight_lsp.engine.decoder import MAX_PREFILL_ROWS, Decoder, Run, StopRules
 from memosight_lsp.engine.drafters import CostModel
 from memosight_lsp.engine.fused_trunk import prepare_trunk
 from memosight_lsp.engine.greedy import GreedyDecoder, forward
@@ -135,6 +135,19 @@ def test_a_short_remainder_joins_the_last_chunk(tiny_model_dir, length, sizes):
     assert run.prefill(step, cache, 0) is not None
     assert passes == sizes and cancel.polls == len(sizes) - 1
     assert cache.get_seq_length() == length and run.result.forward_passes == 1
+
+
+@pytest.mark.parametrize("asked", [0, 2000])
+def test_a_long_prompt_is_prefilled_in_bounded_passes(tiny_model_dir, asked):
+    """However large the chunk asked for (none: the whole prompt), a pass takes at most
+    MAX_PREFILL_ROWS tokens: attention's scores per pass stay bounded."""
+    loaded = load_model(tiny_model_dir, device="cpu")
+    ids = list(range(5, 5 + 2 * MAX_PREFILL_ROWS + 176))
+    run = Run(loaded.model, ids, rules(prefill_chunk=asked), None, None, PrefixCache())
+    cache = run.new_cache()
+    passes: list[int] = []
+    assert run.prefill(lambda part: passes.append(len(part)) or part, cache, 0) is not None
+    assert passes == [MAX_PREFILL_ROWS, MAX_PREFILL_ROWS, 176]
 
 
 @pytest.mark.parametrize("name", ["greedy", "speculative"])

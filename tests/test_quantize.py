@@ -11,6 +11,7 @@ from memosight_lsp.engine.kv_cache import new_cache
 from memosight_lsp.engine.quantize import (
     INT4_GROUP,
     MANY_ROWS,
+    QuantizedEmbedding,
     QuantizedLinear,
     QuantizedProduct,
     concat,
@@ -111,14 +112,36 @@ def test_a_quantized_model_still_runs_its_own_forward(arch):
     assert (logits - reference).abs().max() < 0.1 * reference.abs().max()
 
 
-def test_a_tied_head_gets_its_own_copy_and_the_embedding_stays():
+def test_a_tied_table_becomes_the_int8_head_and_looks_up_its_rows():
     lm = tiny_causal_lm("llama", vocab_size=300, eos_id=0, pad_id=0).to(torch.bfloat16)
     assert lm.config.tie_word_embeddings
-    table = lm.get_input_embeddings().weight.clone()
+    table = lm.get_input_embeddings().weight.detach().float().clone()
     quantize_model(lm, "int8")
-    assert isinstance(lm.get_output_embeddings(), QuantizedLinear)
-    assert torch.equal(lm.get_input_embeddings().weight, table)
+    head, embedding = lm.get_output_embeddings(), lm.get_input_embeddings()
+    assert isinstance(head, QuantizedLinear) and isinstance(embedding, QuantizedEmbedding)
+    assert embedding.shared and embedding.quantized is head.quantized  # one copy of the table
     assert not lm.config.tie_word_embeddings
+    ids = torch.tensor([[0, 5, 299, 5]])
+    rows = embedding(ids).float()
+    assert rows.shape == (1, 4, table.shape[1]) and embedding(ids).dtype == torch.bfloat16
+    assert torch.equal(rows, head.quantized.dequantized()[ids].bfloat16().float())
+    # int8 rows: within half a step (amax / 127 / 2) of the original, plus bf16 rounding.
+    bound = table[ids].abs().amax(-1, keepdim=True) / 254 * 1.02 + 1e-3
+    assert ((rows - table[ids]).abs() <= bound).all()
+
+
+def test_an_untied_table_gets_its_own_int8_rows():
+    lm = tiny_causal_lm("llama", vocab_size=300, eos_id=0, pad_id=0).to(torch.bfloat16)
+    lm.config.tie_word_embeddings = False
+    head = lm.get_output_embeddings()
+    head.weight = torch.nn.Parameter(head.weight.detach().clone() * 2)  # a table of its own
+    table = lm.get_input_embeddings().weight.detach().float().clone()
+    quantize_model(lm, "int8")
+    embedding = lm.get_input_embeddings()
+    assert isinstance(embedding, QuantizedEmbedding) and not embedding.shared
+    assert embedding.quantized is not lm.get_output_embeddings().quantized
+    ids = torch.arange(300)
+    assert (embedding(ids).float() - table).abs().max() <= table.abs().max() / 100
 
 
 def wide_model(arch: str = "qwen2"):

@@ -9,7 +9,7 @@ from memosight_lsp.engine import quantized_cache
 from memosight_lsp.engine.decoder import StopRules
 from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.quantize import QuantizedLinear
+from memosight_lsp.engine.quantize import QuantizedEmbedding, QuantizedLinear
 from tests.test_quantize import wide_model
 from tests.tiny_models import tiny_tokenizer
 
@@ -45,6 +45,11 @@ def test_the_second_load_reads_the_kept_quantized_model(wide_folder, tmp_path, k
     assert second.num_parameters == first.num_parameters
     heads = [m for m in second.model.modules() if isinstance(m, QuantizedLinear)]
     assert heads and all(m.quantized.kind in (kind, "int8") for m in heads)
+    table, kept_table = first.model.get_input_embeddings(), second.model.get_input_embeddings()
+    assert isinstance(kept_table, QuantizedEmbedding) and kept_table.shared == table.shared
+    assert torch.equal(kept_table(torch.arange(300)), table(torch.arange(300)))
+    if kept_table.shared:  # stored once, with the head
+        assert kept_table.quantized is second.model.get_output_embeddings().quantized
     with torch.no_grad():  # the model's own forward runs too (rotary tables recomputed)
         logits = second.model(torch.tensor([list(range(5, 20))])).logits
     assert torch.isfinite(logits).all()

@@ -148,3 +148,38 @@ def test_stop_cancels_running_work():
     assert started.wait(5)
     s.stop()
     assert job.future.result(5) is None and log == ["job stopped early"]
+
+
+def test_the_worker_calls_on_idle_once_it_runs_out_of_jobs():
+    idle: list[int] = []
+    done: list[str] = []
+    gate = threading.Event()
+
+    def on_idle():
+        idle.append(len(done))
+        if len(done) == 1:
+            raise RuntimeError("housekeeping failed")  # must not stop the worker
+
+    scheduler = Scheduler(on_idle=on_idle)
+    try:
+
+        def work(name):
+            def run(cancelled):
+                gate.wait(5)
+                done.append(name)
+                return name
+
+            return run
+
+        first = scheduler.submit("a", work("a"))
+        second = scheduler.submit("b", work("b"))  # queued behind a: no idle between them
+        gate.set()
+        assert first.future.result(5) == "a" and second.future.result(5) == "b"
+        time.sleep(0.1)
+        assert idle == [2]
+        third = scheduler.submit("c", work("c"))
+        assert third.future.result(5) == "c"
+        time.sleep(0.1)
+        assert idle == [2, 3]
+    finally:
+        scheduler.stop()

@@ -16,6 +16,9 @@ joins that job instead of starting a new one.
 A request that has answered early (its first-response deadline) and decodes on for the
 type-through cache calls `demote_current()`: it is a precompute from then on, so the next request
 cancels it like one.
+
+When the worker runs out of due jobs it calls `on_idle` (the allocator gives freed memory back:
+engine/memory.py), outside the lock, so a request arriving then waits at most for that.
 """
 
 from __future__ import annotations
@@ -67,7 +70,10 @@ class Job:
 
 
 class Scheduler:
-    def __init__(self, name: str = "memosight-model") -> None:
+    def __init__(
+        self, name: str = "memosight-model", *, on_idle: Callable[[], Any] = lambda: None
+    ) -> None:
+        self._on_idle = on_idle
         self._jobs: list[Job] = []
         self._cond = threading.Condition()
         self._stopping = False
@@ -204,10 +210,21 @@ class Scheduler:
             finally:
                 with self._cond:
                     self.current = None
+                    idle = not self._stopping and not any(
+                        j.not_before <= time.monotonic() for j in self._jobs
+                    )
+            if idle:
+                self._idle()
         with self._cond:
             for job in self._jobs:
                 _resolve(job, None)
             self._jobs.clear()
+
+    def _idle(self) -> None:
+        try:
+            self._on_idle()
+        except Exception:  # housekeeping: the worker goes on whatever happens
+            log.exception("idle work failed")
 
 
 def _resolve(job: Job, result: Any) -> None:

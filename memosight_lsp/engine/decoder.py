@@ -34,6 +34,12 @@ AllowedTokens = Callable[[Sequence[int]], Sequence[int] | None]
 T = TypeVar("T")
 
 
+# The most prompt tokens one prefill pass takes: attention over a pass holds a score per row and
+# key, so a 2,000-token pass in one piece peaked 176 MB above the model on Qwen2.5-Coder-0.5B
+# (int4 + bfloat16) and in 512-row pieces 77 MB, in the same time (2.82 s vs 2.72 s).
+MAX_PREFILL_ROWS = 512
+
+
 @dataclass(kw_only=True)
 class StopRules:
     max_new_tokens: int
@@ -42,8 +48,8 @@ class StopRules:
     should_stop: Callable[[Sequence[int]], bool] | None = None
     # Polled between forward passes; True abandons the generation (superseded request).
     cancelled: Callable[[], bool] | None = None
-    # Prompt tokens per prefill pass (0: the whole prompt in one): `cancelled` is polled between
-    # the chunks, so a keystroke during a long prefill does not wait for all of it.
+    # Prompt tokens per prefill pass (0: up to MAX_PREFILL_ROWS in one): `cancelled` is polled
+    # between the chunks, so a keystroke during a long prefill does not wait for all of it.
     prefill_chunk: int = 0
     # Called after every forward pass (prefill chunks too) with the new tokens so far: a caller
     # with a deadline answers from it while decoding goes on.
@@ -183,7 +189,8 @@ class Run:
         buffer's next call (when it came from take_cache: the work is not lost), records why and
         returns None."""
         ids = self.prompt_ids
-        chunk = self.rules.prefill_chunk if self.rules.prefill_chunk > 0 else len(ids)
+        chunk = self.rules.prefill_chunk if self.rules.prefill_chunk > 0 else MAX_PREFILL_ROWS
+        chunk = min(chunk, MAX_PREFILL_ROWS)
         while True:
             end = len(ids) if len(ids) - done < chunk + chunk // 4 else done + chunk
             out = step(ids[done:end])

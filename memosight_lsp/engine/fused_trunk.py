@@ -405,7 +405,7 @@ class FusedTrunk(HFTrunk):
         context = TIMING_CONTEXT if not limit else max(0, min(TIMING_CONTEXT, limit - FEW_ROWS))
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(0, vocab, (1, context + FEW_ROWS), generator=generator)
-        ids = ids.to(self.embed.weight.device)
+        ids = ids.to(self.norm.weight.device)
         cache = cache_for_config(self.model_config)
         if context:
             self._forward(ids[:, :context], cache, None, None, LINEAR)

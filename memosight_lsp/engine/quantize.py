@@ -14,8 +14,10 @@ are, int4 ones from an int8 copy of the same weight (1.5 bytes a weight in all).
 
 `quantize_model` swaps the decoder's nn.Linear modules (and the LM head) for QuantizedLinear in
 place, freeing each dense weight as it goes, so the model's own forward keeps working and the
-fused trunk can take the quantized weights as they are. Embeddings and norms stay dense: a
-lookup reads one row, not the table.
+fused trunk can take the quantized weights as they are. The embedding table becomes int8 rows
+with a scale each (QuantizedEmbedding): a lookup reads one row, so speed does not ask for it,
+but memory does (Qwen2.5-Coder-0.5B's table is 272 MB in bfloat16), and a tied model's table is
+its LM head, whose int8 weight it then shares. Norms stay dense.
 """
 
 from __future__ import annotations
@@ -192,6 +194,33 @@ class QuantizedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, {kind}"
 
 
+class QuantizedEmbedding(nn.Module):
+    """nn.Embedding's lookup over int8 rows with one scale per row (a row of an int8 LM head is
+    exactly that: one scale per output channel)."""
+
+    def __init__(self, weight: QuantizedWeight, dtype: torch.dtype, *, shared: bool) -> None:
+        super().__init__()
+        if weight.kind != "int8":
+            raise ValueError("an embedding table is quantized as int8 rows")
+        self.quantized = weight
+        self.dtype = dtype
+        self.shared = shared  # the LM head's own weight (a tied model): stored once
+        self.num_embeddings = weight.out_features
+        self.embedding_dim = weight.in_features
+
+    @property
+    def device(self) -> torch.device:
+        return self.quantized.data.device
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.quantized.data[ids].to(self.dtype)  # [..., dim]
+        return rows * self.quantized.scales[ids].unsqueeze(-1).to(self.dtype)
+
+    def extra_repr(self) -> str:
+        shared = ", shared with the LM head" if self.shared else ""
+        return f"{self.num_embeddings}, {self.embedding_dim}, int8{shared}"
+
+
 class QuantizedProduct:
     """A fused trunk's product over a quantized weight: the same call as row_kernels.Product,
     one kernel whatever the row count (there is no layout to choose)."""
@@ -233,6 +262,23 @@ def fuse_quantized(linears: list[QuantizedLinear]) -> QuantizedProduct:
     return QuantizedProduct(fused, bias)
 
 
+def _quantize_embedding(model: Any, dtype: torch.dtype, tied: bool) -> int:
+    """The input embedding as int8 rows (the LM head's own, when tied); bytes freed. A table
+    of another type (one that scales its rows, say) stays as it is."""
+    table = model.get_input_embeddings()
+    if type(table) is not nn.Embedding or table.max_norm is not None:
+        return 0
+    head = model.get_output_embeddings()
+    if tied and isinstance(head, QuantizedLinear) and head.quantized.kind == "int8":
+        weight, shared = head.quantized, True
+    else:
+        with torch.no_grad():
+            weight, shared = quantize_weight(table.weight, "int8", dtype), False
+    model.set_input_embeddings(QuantizedEmbedding(weight, dtype, shared=shared))
+    dense = table.weight.numel() * table.weight.element_size()
+    return dense - (0 if shared else weight.nbytes())
+
+
 def unsupported_reason(kind: Quantization, linear: nn.Linear) -> str | None:
     """Why this linear cannot be quantized this way, if it cannot."""
     if kind != "int4":
@@ -260,12 +306,14 @@ def quantizable_linears(model: Any) -> Iterator[tuple[nn.Module, str, nn.Linear]
 
 
 def quantize_model(model: Any, kind: Quantization) -> int:
-    """Swap the linears for QuantizedLinear (`kind`), in place; returns bytes of weights freed.
-    A tied LM head gets its own quantized copy; the embedding table it shares stays dense."""
+    """Swap the linears for QuantizedLinear (`kind`) and a plain embedding table for a
+    QuantizedEmbedding, in place; returns bytes of weights freed. A tied model's table becomes
+    a view of its quantized LM head."""
     if kind == "none":
         return 0
     dtype = model.get_input_embeddings().weight.dtype
     head = model.get_output_embeddings()
+    tied = head is not None and head.weight is model.get_input_embeddings().weight
 
     def kind_of(linear: nn.Linear) -> Literal["int8", "int4"]:
         # The LM head decides every token: int8 even under int4 (llama.cpp's mixes keep it
@@ -286,6 +334,7 @@ def quantize_model(model: Any, kind: Quantization) -> int:
         fingerprint = weight_fingerprint(linear.weight)
         setattr(parent, name, QuantizedLinear(weight, bias, fingerprint))
         freed += linear.weight.numel() * linear.weight.element_size() - weight.nbytes()
+    freed += _quantize_embedding(model, dtype, tied)
     if getattr(model.config, "tie_word_embeddings", False):
         model.config.tie_word_embeddings = False  # the head is no longer the embedding
     # What stays dense (embeddings, norms) may be views of the memory-mapped weight file: as

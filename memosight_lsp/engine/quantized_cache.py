@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from .quantize import QuantizedLinear, QuantizedWeight, quantizable_linears
+from .quantize import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, quantizable_linears
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the stored layout changes
+FORMAT = 2  # bump when the stored layout changes (2: the int8 embedding table)
 _ROTARY_TYPES = ("RotaryEmbedding",)  # modules whose non-persistent tables are recomputed
 
 
@@ -56,6 +56,10 @@ def save(model: Any, path: Path, num_parameters: int) -> None:
         if isinstance(module, QuantizedLinear):
             layout[name] = {"fingerprint": module.dense_fingerprint}
             _put(tensors, layout[name], f"{name}.quantized", module.quantized)
+        elif isinstance(module, QuantizedEmbedding):
+            layout[name] = {"embedding": True, "shared": module.shared}
+            if not module.shared:  # a tied table is the head's weight, stored with the head
+                _put(tensors, layout[name], f"{name}.quantized", module.quantized)
     for name, tensor in model.state_dict().items():
         tensors[name] = tensor.contiguous()
     metadata = {"layout": json.dumps(layout), "parameters": str(num_parameters)}
@@ -93,6 +97,7 @@ def load(path: Path, config: Any, dtype: torch.dtype) -> tuple[Any, int] | None:
             weight = _take(tensors, entry, f"{name}.quantized")
             bias = tensors.get(f"{name}.bias")  # also loaded below, with the dense tensors
             setattr(parent, attribute, QuantizedLinear(weight, bias, entry["fingerprint"]))
+        _restore_embedding(model, layout, tensors, dtype)
         model.load_state_dict(tensors, strict=True, assign=True)
     except (KeyError, RuntimeError, ValueError) as err:
         log.warning("ignoring the quantized cache %s: %s", path, err)
@@ -157,6 +162,23 @@ def _take(tensors: dict, layout: dict, prefix: str) -> QuantizedWeight:
         in_features=int(layout["inFeatures"]),
         wide=wide,
     )
+
+
+def _restore_embedding(model: Any, layout: dict, tensors: dict, dtype: torch.dtype) -> None:
+    """The int8 embedding table as it was stored (files from before it was quantized keep
+    their dense one)."""
+    name = _name_of(model, model.get_input_embeddings())
+    entry = layout.get(name)
+    if entry is None or not entry.get("embedding"):
+        return
+    if entry["shared"]:
+        head = model.get_output_embeddings()
+        if not isinstance(head, QuantizedLinear):
+            raise ValueError("the embedding table shares a head that is not quantized")
+        weight = head.quantized
+    else:
+        weight = _take(tensors, entry, f"{name}.quantized")
+    model.set_input_embeddings(QuantizedEmbedding(weight, dtype, shared=entry["shared"]))
 
 
 def _name_of(model: Any, target: Any) -> str:

@@ -20,6 +20,7 @@ from memosight_lsp import __version__
 from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.completion.service import Completion
 from memosight_lsp.config import Settings, parse_settings, unwrap_settings, without_user_only
+from memosight_lsp.engine.memory import release_free_memory
 from memosight_lsp.workspace.files import indexable_text
 
 from .completions import DISABLED, CompletionFlow, ContextInputs, Cursor
@@ -57,7 +58,7 @@ class MemoSightServer(LanguageServer):
         self.shutdown_requested = False  # the exit code depends on it (LSP spec)
         self.raw_settings: dict[str, Any] = {}
         self.stats = ServerStats()
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(on_idle=release_free_memory)  # the model worker trims when idle
         self.host = ModelHost(self.scheduler, self._model_state_from_worker)
         self.flow = CompletionFlow(
             scheduler=self.scheduler,
