@@ -64,6 +64,8 @@ class Generation:
     decode_ms: float = 0.0
     forward_passes: int = 0
     stop_reason: str = "max_tokens"  # max_tokens | eos | stop | cancelled
+    # Prompt tokens in the cache when a prefill was cancelled (kept for the buffer's next call).
+    cancelled_at_prompt_tokens: int = 0
     stats: dict = field(default_factory=dict)  # accelerator details (accepted tokens per pass...)
 
 
@@ -200,6 +202,7 @@ class Run:
             self._report()
             if self.rules.cancelled is not None and self.rules.cancelled():
                 self.result.stop_reason = "cancelled"
+                self.result.cancelled_at_prompt_tokens = done
                 self.result.prefill_ms = (time.perf_counter() - self._started) * 1000
                 if self._reuses:
                     self.keep(list(ids[:done]), cache, self.attached)
