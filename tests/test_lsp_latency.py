@@ -106,3 +106,29 @@ async def test_stats_carry_the_latency_report(client):
     assert set(report["stablePrompts"]) == {"buffers", "reused", "packed"}
     for key in ("partialAnswers", "prewarms", "prewarmedTokens", "reusedPromptTokens"):
         assert isinstance(numbers[key], int)
+
+
+async def test_a_deadline_answers_early_and_the_rest_arrives_in_the_type_through_cache(
+    tiny_model_dir,
+):
+    """firstResponseMs 1: the request answers with what was verified by then (maybe nothing),
+    decoding goes on, and asking again at the same cursor serves the whole suggestion from the
+    type-through cache, without a model call."""
+    client = await start("neovim", tiny_options(tiny_model_dir, firstResponseMs=1, maxNewTokens=24))
+    try:
+        uri = "file:///latency/deadline.py"
+        open_doc(client, uri, DOC)
+        ready = await numbers_when(client, lambda n: n["state"] == "ready")
+        early = await inline(client, uri, *END)
+        answered = await stats(client)
+        assert answered["partialAnswers"] == 1
+        assert answered["modelCalls"] == ready["modelCalls"] + 1
+        done = await numbers_when(client, lambda n: n["meanTokens"] is not None)  # decoded on
+        whole = await inline(client, uri, *END)
+        after = await stats(client)
+        assert whole and len(whole) > len(early or "")
+        assert whole.startswith(early or "")
+        assert after["modelCalls"] == done["modelCalls"]  # no new call: the cache answered
+        assert after["typeThroughHits"] == done["typeThroughHits"] + 1
+    finally:
+        await stop(client)
