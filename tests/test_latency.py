@@ -4,6 +4,7 @@ completion), and pre-warm (prefilled ahead, reused, the same completion)."""
 
 from __future__ import annotations
 
+import math
 import random
 import time
 
@@ -122,6 +123,35 @@ def test_no_partial_answer_before_the_deadline(loaded):
         request(200, 0), deadline=time.monotonic() + 3600, on_partial=partials.append
     )
     assert partials == [] and got.stop_reason != "partial"
+
+
+def test_a_deadline_that_comes_later_is_heard_mid_decode(loaded):
+    """A callable deadline (a precompute that a request joins) is asked at every step: none at
+    first, then the joining request's; partial answers start at the step it came."""
+    engine, reference = engine_for(loaded, 2000), engine_for(loaded, 2000)
+    joined = 0
+    for i, (line, column) in enumerate(cursors(10, seed=3)):
+        req = request(line, column, buffer_id=f"file:///joined{i}.py")
+        want = reference.complete(req)
+        asked: list[int] = []
+        seen: list[tuple[int, Completion]] = []
+
+        def deadline(asked: list[int] = asked) -> float:
+            asked.append(1)
+            return 0.0 if len(asked) >= 2 else math.inf  # joined (and due) at the second
+
+        def heard(partial: Completion, asked: list[int] = asked, seen: list = seen) -> None:
+            seen.append((len(asked), partial))
+
+        got = engine.complete(req, deadline=deadline, on_partial=heard)
+        same(got, want)
+        if len(asked) < 2:
+            assert not seen  # ended before anyone joined
+            continue
+        joined += 1
+        assert seen and seen[0][0] == 2, "nothing before the join, an answer when it came"
+        assert all(want.raw.startswith(p.raw) for _, p in seen)
+    assert joined >= 3
 
 
 def test_prewarm_is_reused_and_gives_the_same_completion(loaded):

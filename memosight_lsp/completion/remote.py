@@ -37,7 +37,7 @@ from memosight_lsp.backends.http import deadline_in, never
 
 from . import postprocess
 from .prompt import MARKER_RESERVE, Prompt, build_prompt
-from .service import Completion, CompletionRequest, pack_context, plan_cursor
+from .service import Completion, CompletionRequest, Deadline, pack_context, plan_cursor
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class RemoteCompletionEngine:
         request: CompletionRequest,
         *,
         cancelled: Callable[[], bool] | None = None,
-        deadline: float | None = None,
+        deadline: Deadline | None = None,
         on_partial: Callable[[Completion], None] | None = None,
     ) -> Completion:
         """The completion from the engine, whole: its own deadline is model.timeoutMs (the

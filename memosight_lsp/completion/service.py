@@ -47,6 +47,9 @@ RATE_PROBE_TOKENS = 256  # the prefill timed at warm-up for the first rate
 
 # Called on the worker with what a completion still decoding has verified (Completion.text).
 PartialListener = Callable[["Completion"], None]
+# A first-response deadline (time.monotonic()), or what tells it at each decoding step: a
+# precompute has none until a request joins it and brings its own.
+Deadline = float | Callable[[], float]
 
 
 def packing_for(settings: Settings) -> Packing:
@@ -372,13 +375,13 @@ class CompletionEngine:
         request: CompletionRequest,
         *,
         cancelled: Callable[[], bool] | None = None,
-        deadline: float | None = None,
+        deadline: Deadline | None = None,
         on_partial: PartialListener | None = None,
     ) -> Completion:
         """The completion at the request's cursor. With `on_partial`, once time.monotonic()
-        passes `deadline` what is verified so far is handed to it (on this thread, cut at a line
-        or word end: postprocess.partial), and again whenever that changes, while decoding goes
-        on; the Completion returned is the whole one."""
+        passes `deadline` (asked at every step when it is a callable) what is verified so far is
+        handed to it (on this thread, cut at a line or word end: postprocess.partial), and again
+        whenever that changes, while decoding goes on; the Completion returned is the whole one."""
         started = time.perf_counter()
         cursor = plan_cursor(request)
         if cursor.refused is not None:
@@ -444,7 +447,7 @@ class CompletionEngine:
 
     def _partial_reporter(
         self,
-        deadline: float,
+        deadline: Deadline,
         on_partial: PartialListener,
         generated_text: Callable[[Sequence[int]], str],
         situation: CursorSituation,
@@ -455,9 +458,10 @@ class CompletionEngine:
         hands on what is verified whenever it changes (the first time even when empty: the
         request answers by its deadline whatever it has)."""
         shown: list[str] = []
+        due = deadline if callable(deadline) else lambda: deadline
 
         def report(tokens: Sequence[int]) -> None:
-            if time.monotonic() < deadline:
+            if time.monotonic() < due():
                 return
             raw = generated_text(tokens)
             text = postprocess.partial(raw, situation, multiline)

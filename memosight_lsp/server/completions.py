@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future
@@ -27,7 +28,7 @@ from memosight_lsp.completion.lookahead import LookaheadCache, LookaheadEntry
 from memosight_lsp.completion.policy import describe_cursor, mid_word_refusal
 from memosight_lsp.completion.remote import ENGINE_FAILURES
 from memosight_lsp.completion.scheduler import Job, Scheduler
-from memosight_lsp.completion.service import Completion, CompletionRequest
+from memosight_lsp.completion.service import Completion, CompletionRequest, Deadline
 from memosight_lsp.config import Settings
 from memosight_lsp.workspace import WorkspaceIndex
 from memosight_lsp.workspace.files import is_binary
@@ -103,6 +104,9 @@ class CompletionFlow:
         self._known_empty: dict[str, tuple] = {}
         # State key -> the early answer of the model job for it (a joining request shares it).
         self._early: dict[Hashable, Future] = {}
+        # State key -> the first-response deadline a request brought to the job it joined (a
+        # precompute has none of its own: without this, its whole decode is the wait).
+        self._join_deadlines: dict[Hashable, float] = {}
         # buffer -> the request decoding on after its early answer (no precompute meanwhile).
         self._continuing: dict[str, Job] = {}
         self.generation = 0  # bumped on settings changes: cached work from older settings is unused
@@ -253,6 +257,8 @@ class CompletionFlow:
             delay = completion_settings.debounce_ms + completion_settings.first_response_ms
             deadline = arrived + delay / 1000
         early: Future = self._early.setdefault(key, Future())
+        if deadline is not None:
+            self._join_deadlines[key] = min(deadline, self._join_deadlines.get(key, math.inf))
         job = self.scheduler.submit(
             cursor.uri,
             lambda cancelled: self._run_model(
@@ -261,7 +267,7 @@ class CompletionFlow:
             key=key,
             delay_s=completion_settings.debounce_ms / 1000,
         )
-        job.future.add_done_callback(lambda _: self._early.pop(key, None))
+        job.future.add_done_callback(lambda _: self._forget_early(key))
         try:
             await asyncio.wait(
                 {asyncio.wrap_future(job.future), asyncio.wrap_future(early)},
@@ -323,7 +329,7 @@ class CompletionFlow:
         *,
         ghost_prefix: str = "",
         key: tuple | None = None,
-        deadline: float | None = None,
+        deadline: Deadline | None = None,
         early: Future | None = None,
     ) -> Completion | None:
         """On the worker: one model completion, remembered for type-through. With a deadline,
@@ -458,11 +464,26 @@ class CompletionFlow:
         self._precompute_bases[cursor.uri] = base
         _, request = self.request_for(accepted_text, accepted_offset, cursor, settings)
         key = (accepted_offset, len(accepted_text), hash(accepted_text), self.generation)
-        self.scheduler.submit(
+        # A request that catches up with it joins it: then it answers by that request's
+        # deadline, with what is verified, and decodes on like the request would.
+        early: Future = self._early.setdefault(key, Future())
+        job = self.scheduler.submit(
             cursor.uri,
             lambda cancelled: self._run_model(
-                request, (before, after), cancelled, "precomputeCalls", ghost_prefix=shown, key=key
+                request,
+                (before, after),
+                cancelled,
+                "precomputeCalls",
+                ghost_prefix=shown,
+                key=key,
+                deadline=lambda: self._join_deadlines.get(key, math.inf),
+                early=early,
             ),
             kind="precompute",
             key=key,
         )
+        job.future.add_done_callback(lambda _: self._forget_early(key))
+
+    def _forget_early(self, key: Hashable) -> None:
+        self._early.pop(key, None)
+        self._join_deadlines.pop(key, None)
