@@ -210,9 +210,8 @@ class Scheduler:
             finally:
                 with self._cond:
                     self.current = None
-                    idle = not self._stopping and not any(
-                        j.not_before <= time.monotonic() for j in self._jobs
-                    )
+                    now = time.monotonic()
+                    idle = not self._stopping and not any(j.not_before <= now for j in self._jobs)
             if idle:
                 self._idle()
         with self._cond:

@@ -231,28 +231,20 @@ def _from_folder(
     """The model from its folder's weights, quantized as chosen; and its parameter count."""
     # True: refuse *.bin even where transformers would fall back to it; None: its own choice.
     safetensors_only = None if allow_pickle else True
+    options: dict[str, Any] = dict(
+        config=config,
+        dtype=chosen.dtype,
+        local_files_only=True,
+        trust_remote_code=False,
+        use_safetensors=safetensors_only,
+    )
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            folder,
-            config=config,
-            dtype=chosen.dtype,
-            local_files_only=True,
-            trust_remote_code=False,
-            use_safetensors=safetensors_only,
-            attn_implementation="sdpa",
-        )
+        model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa", **options)
     except (torch.OutOfMemoryError, MemoryError) as err:
         raise ModelLoadError(f"out of memory loading {folder} on {device}") from err
     except ValueError as err:
         if "sdpa" in str(err).lower() or "attention" in str(err).lower():
-            model = AutoModelForCausalLM.from_pretrained(
-                folder,
-                config=config,
-                dtype=chosen.dtype,
-                local_files_only=True,
-                trust_remote_code=False,
-                use_safetensors=safetensors_only,
-            )
+            model = AutoModelForCausalLM.from_pretrained(folder, **options)
         else:
             raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
     except Exception as err:

@@ -208,10 +208,6 @@ class QuantizedEmbedding(nn.Module):
         self.num_embeddings = weight.out_features
         self.embedding_dim = weight.in_features
 
-    @property
-    def device(self) -> torch.device:
-        return self.quantized.data.device
-
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         rows = self.quantized.data[ids].to(self.dtype)  # [..., dim]
         return rows * self.quantized.scales[ids].unsqueeze(-1).to(self.dtype)

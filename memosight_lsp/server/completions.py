@@ -48,6 +48,17 @@ DISABLED = "completions are disabled (memosight.enable is false)"
 BINARY = "the file looks binary (NUL bytes)"
 
 
+@dataclass(eq=False)
+class EarlyAnswer:
+    """What the model job for one buffer state answers by a first-response deadline, shared by
+    the requests that join the job."""
+
+    future: Future = field(default_factory=Future)
+    # The earliest deadline of a request waiting on it: a precompute has none of its own until
+    # a request catches up with it (else its whole decode would be that request's wait).
+    deadline: float = math.inf
+
+
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
     text: str = ""
@@ -103,10 +114,7 @@ class CompletionFlow:
         # buffer -> key of a state the precompute found nothing for: answered empty at once.
         self._known_empty: dict[str, tuple] = {}
         # State key -> the early answer of the model job for it (a joining request shares it).
-        self._early: dict[Hashable, Future] = {}
-        # State key -> the first-response deadline a request brought to the job it joined (a
-        # precompute has none of its own: without this, its whole decode is the wait).
-        self._join_deadlines: dict[Hashable, float] = {}
+        self._early: dict[Hashable, EarlyAnswer] = {}
         # buffer -> the request decoding on after its early answer (no precompute meanwhile).
         self._continuing: dict[str, Job] = {}
         self.generation = 0  # bumped on settings changes: cached work from older settings is unused
@@ -256,9 +264,10 @@ class CompletionFlow:
         if completion_settings.type_through and completion_settings.first_response_ms > 0:
             delay = completion_settings.debounce_ms + completion_settings.first_response_ms
             deadline = arrived + delay / 1000
-        early: Future = self._early.setdefault(key, Future())
+        answer = self._early.setdefault(key, EarlyAnswer())
         if deadline is not None:
-            self._join_deadlines[key] = min(deadline, self._join_deadlines.get(key, math.inf))
+            answer.deadline = min(answer.deadline, deadline)
+        early = answer.future
         job = self.scheduler.submit(
             cursor.uri,
             lambda cancelled: self._run_model(
@@ -267,7 +276,7 @@ class CompletionFlow:
             key=key,
             delay_s=completion_settings.debounce_ms / 1000,
         )
-        job.future.add_done_callback(lambda _: self._forget_early(key))
+        job.future.add_done_callback(lambda _: self._early.pop(key, None))
         try:
             await asyncio.wait(
                 {asyncio.wrap_future(job.future), asyncio.wrap_future(early)},
@@ -466,7 +475,7 @@ class CompletionFlow:
         key = (accepted_offset, len(accepted_text), hash(accepted_text), self.generation)
         # A request that catches up with it joins it: then it answers by that request's
         # deadline, with what is verified, and decodes on like the request would.
-        early: Future = self._early.setdefault(key, Future())
+        answer = self._early.setdefault(key, EarlyAnswer())
         job = self.scheduler.submit(
             cursor.uri,
             lambda cancelled: self._run_model(
@@ -476,14 +485,10 @@ class CompletionFlow:
                 "precomputeCalls",
                 ghost_prefix=shown,
                 key=key,
-                deadline=lambda: self._join_deadlines.get(key, math.inf),
-                early=early,
+                deadline=lambda: answer.deadline,
+                early=answer.future,
             ),
             kind="precompute",
             key=key,
         )
-        job.future.add_done_callback(lambda _: self._forget_early(key))
-
-    def _forget_early(self, key: Hashable) -> None:
-        self._early.pop(key, None)
-        self._join_deadlines.pop(key, None)
+        job.future.add_done_callback(lambda _: self._early.pop(key, None))
