@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from memosight_lsp.engine import native
 from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
 from memosight_lsp.engine.kv_cache import new_cache
 from memosight_lsp.engine.quantize import (
@@ -21,6 +22,17 @@ from memosight_lsp.engine.quantize import (
 from tests.tiny_models import tiny_causal_lm
 
 KINDS = ["int8", "int4"]
+# int4 in both layouts: torch's kernel and the native one (where it can be built here).
+NEEDS_NATIVE = pytest.mark.skipif(
+    native.unsupported_reason() is not None, reason=f"native kernels: {native.unsupported_reason()}"
+)
+VARIANTS = [
+    pytest.param(("int8", "aten"), id="int8-aten"),
+    pytest.param(("int8", "vnni"), id="int8-vnni", marks=NEEDS_NATIVE),
+    pytest.param(("int4", "aten"), id="int4-aten"),
+    pytest.param(("int4", "vnni"), id="int4-vnni", marks=NEEDS_NATIVE),
+]
+ATEN = [v for v in VARIANTS if v.values[0][1] == "aten"]
 
 
 def weight(out_features: int = 96, in_features: int = 256, seed: int = 0) -> torch.Tensor:
@@ -28,22 +40,26 @@ def weight(out_features: int = 96, in_features: int = 256, seed: int = 0) -> tor
     return torch.randn(out_features, in_features, generator=generator) / 16
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("rows", [1, 2, 7, 16])
-def test_products_equal_the_dequantized_reference(kind, rows):
+def test_products_equal_the_dequantized_reference(variant, rows):
+    kind, layout = variant
     w = weight()
-    q = quantize_weight(w, kind, torch.bfloat16)
+    q = quantize_weight(w, kind, torch.bfloat16, layout=layout)
+    assert q.kind == kind and q.layout == layout
     x = torch.randn(rows, w.shape[1], generator=torch.Generator().manual_seed(1)).bfloat16()
     reference = x.float() @ q.dequantized().t()  # [R, out]
     got = q.matmul(x).float()
-    # bf16 accumulation/rounding of the output only: ~1% of the output's scale.
+    # bf16 accumulation/rounding of the output (and the native kernel's int8 activations,
+    # half a step of amax / 127 each): ~1% of the output's scale.
     assert (got - reference).abs().max() <= 0.02 * reference.abs().max()
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_many_rows_run_one_dense_product_of_the_int8_values(kind):
+@pytest.mark.parametrize("variant", ATEN)
+def test_many_rows_run_one_dense_product_of_the_int8_values(variant):
+    kind, layout = variant
     w = weight()
-    q = quantize_weight(w, kind, torch.bfloat16)
+    q = quantize_weight(w, kind, torch.bfloat16, layout=layout)
     int8 = q.wide or q
     assert int8.kind == "int8"
     x = torch.randn(MANY_ROWS + 5, w.shape[1], generator=torch.Generator().manual_seed(1))
@@ -57,10 +73,13 @@ def test_many_rows_run_one_dense_product_of_the_int8_values(kind):
     assert (few - got[:4]).abs().max() <= bound * reference.abs().max()
 
 
-@pytest.mark.parametrize(("kind", "bound"), [("int8", 0.01), ("int4", 0.1)])
-def test_dequantized_weights_stay_close_to_the_original(kind, bound):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_dequantized_weights_stay_close_to_the_original(variant):
+    kind, layout = variant
+    bound = 0.01 if kind == "int8" else 0.1
     w = weight()
-    error = (quantize_weight(w, kind, torch.bfloat16).dequantized() - w).abs().max()
+    q = quantize_weight(w, kind, torch.bfloat16, layout=layout)
+    error = (q.dequantized() - w).abs().max()
     assert 0 < error <= bound * w.abs().max()
 
 
@@ -73,9 +92,13 @@ def test_int8_scales_are_per_output_channel():
     assert quiet <= w[torch.arange(w.shape[0]) != 3].abs().max() / 127
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_concatenated_and_sliced_weights_compute_the_same(kind):
-    parts = [quantize_weight(weight(n, seed=n), kind, torch.bfloat16) for n in (64, 32, 32)]
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_concatenated_and_sliced_weights_compute_the_same(variant):
+    kind, layout = variant
+    parts = [
+        quantize_weight(weight(n, seed=n), kind, torch.bfloat16, layout=layout)
+        for n in (64, 32, 32)
+    ]
     fused = concat(parts)
     x = torch.randn(3, 256).bfloat16()
     outs = fused.matmul(x)
@@ -130,6 +153,20 @@ def test_a_tied_table_becomes_the_int8_head_and_looks_up_its_rows():
     assert ((rows - table[ids]).abs() <= bound).all()
 
 
+@NEEDS_NATIVE
+def test_a_tied_table_looks_its_rows_up_in_a_vnni_head():
+    lm = wide_model("llama", vocab_size=304, tied=True)  # 304 rows: whole tiles of 16
+    table = lm.get_input_embeddings().weight.detach().float().clone()
+    quantize_model(lm, "int4")
+    head, embedding = lm.get_output_embeddings(), lm.get_input_embeddings()
+    assert head.quantized.layout == "vnni" and head.quantized.kind == "int8"
+    assert embedding.quantized is head.quantized
+    ids = torch.tensor([[0, 17, 303, 17]])
+    expected = (head.quantized.dequantized()[ids]).bfloat16()
+    assert torch.equal(embedding(ids), expected)
+    assert (embedding(ids).float() - table[ids]).abs().max() <= table.abs().max() / 100
+
+
 def test_an_untied_table_gets_its_own_int8_rows():
     lm = tiny_causal_lm("llama", vocab_size=300, eos_id=0, pad_id=0).to(torch.bfloat16)
     lm.config.tie_word_embeddings = False
@@ -144,15 +181,16 @@ def test_an_untied_table_gets_its_own_int8_rows():
     assert (embedding(ids).float() - table).abs().max() <= table.abs().max() / 100
 
 
-def wide_model(arch: str = "qwen2"):
+def wide_model(arch: str = "qwen2", vocab_size: int = 300, tied: bool = False):
     """A tiny model whose products are wide enough for int4's 128-wide groups."""
     from tests.tiny_models import LLAMA_FAMILY, MODEL_CLASSES
 
     config_class, extra = LLAMA_FAMILY[arch]
     if "head_dim" in extra:
         extra = {**extra, "head_dim": 32}  # o_proj's input (heads x head_dim) must be 128
+    extra = {**extra, "tie_word_embeddings": tied}
     config = config_class(
-        vocab_size=300,
+        vocab_size=vocab_size,
         hidden_size=128,
         intermediate_size=256,
         num_hidden_layers=2,
@@ -165,11 +203,12 @@ def wide_model(arch: str = "qwen2"):
     return MODEL_CLASSES[arch](config).eval().to(torch.bfloat16)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
-def test_the_fused_trunk_runs_quantized_weights_like_the_models_forward(kind, arch):
+def test_the_fused_trunk_runs_quantized_weights_like_the_models_forward(variant, arch):
+    kind, layout = variant
     model = wide_model(arch)
-    quantize_model(model, kind)
+    quantize_model(model, kind, layout=layout)
     ids = torch.randint(0, 300, (1, 20), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         reference = model(ids).logits[0].float()  # [S, V] through QuantizedLinear modules
@@ -194,11 +233,13 @@ def test_fusing_int8_qkv_leaves_the_modules_as_views():
     attn = model.model.layers[0].self_attn
     fused = prepare_trunk(model).layers[0].qkv.weight.data
     assert attn.q_proj.quantized.data.data_ptr() == fused.data_ptr()
-    assert attn.k_proj.quantized.data.data_ptr() == fused[attn.q_proj.out_features :].data_ptr()
+    # q's values come first, one int8 byte each, whichever layout: k's start right after.
+    q_bytes = attn.q_proj.out_features * attn.q_proj.in_features
+    assert attn.k_proj.quantized.data.data_ptr() == fused.data_ptr() + q_bytes
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_speculative_decoding_of_a_quantized_model_stays_close_to_its_plain_greedy(kind):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_speculative_decoding_of_a_quantized_model_stays_close_to_its_plain_greedy(variant):
     """bf16 / int8 / int4: a k-token pass rounds differently from a one-token pass, so the two
     may part now and then; on a tiny random model they agree on nearly every prompt."""
     from memosight_lsp.engine.decoder import StopRules
@@ -206,8 +247,9 @@ def test_speculative_decoding_of_a_quantized_model_stays_close_to_its_plain_gree
     from memosight_lsp.engine.greedy import greedy_generate
     from memosight_lsp.engine.speculative import SpeculativeDecoder
 
+    kind, layout = variant
     model = wide_model("qwen2")
-    quantize_model(model, kind)
+    quantize_model(model, kind, layout=layout)
     rules = StopRules(max_new_tokens=24)
     decoder = SpeculativeDecoder(
         heads=None, ngrams=None, cost_model=CostModel({1: 1.0, 16: 1.0, 32: 2.0})

@@ -111,7 +111,7 @@ class Strategy:
     repo_format: bool | None = None  # None: the settings' defaults
 
 
-_VARIANT = re.compile(r"floor(\d+)|share(\d+)|suffix4|foreign|repo")
+_VARIANT = re.compile(r"floor(\d+)|share(\d+)|sim(\d+)|simonly|suffix4|foreign|repo")
 
 
 def parse_strategy(name: str) -> Strategy:
@@ -131,6 +131,10 @@ def parse_strategy(name: str) -> Strategy:
             packing = dataclasses.replace(packing, prefix_floor_lines=int(match.group(1)))
         elif match.group(2):
             packing = dataclasses.replace(packing, cross_share=int(match.group(2)) / 100)
+        elif match.group(3):
+            packing = dataclasses.replace(packing, similar=int(match.group(3)))
+        elif part == "simonly":
+            packing = dataclasses.replace(packing, similar_only=True)
         elif part == "suffix4":
             packing = dataclasses.replace(packing, suffix_share=1 / 4)
         elif part == "foreign":

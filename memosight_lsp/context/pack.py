@@ -37,6 +37,7 @@ from .lexical import identifiers
 from .rank import NEAR_LINES_ABOVE, NEAR_LINES_BELOW, Candidate, Ranker
 from .render import join_lines, render_head
 from .select import Piece, Selector, model_order, overlaps, path_marker
+from .similar import query_words, similar_windows
 from .tokens import TokenCounter, counter_for, grow_upward
 from .types import DEFAULT_PACKING, PackedContext, Packing, Rerank, Snippet
 
@@ -321,6 +322,9 @@ def _shared(
         selector = Selector(ranker, counter, spec, layout.current)
         if rerank is not None:
             candidates = _model_ordered(layout, candidates, rerank, selector, room)
+        if packing.similar > 0:
+            similar = similar_candidates(ranker, packing.similar)
+            candidates = similar if packing.similar_only else similar + candidates
         layout.cross, _ = selector.select(candidates, room, (0, -1))
     _plain(layout, budget - counter(layout.cross_text()), counter, max_suffix)
 
@@ -416,6 +420,26 @@ def _model_ordered(
     reordered = model_order(candidates, rerank, selector, room, target)
     layout.reranked = reordered is not None
     return reordered or candidates
+
+
+def similar_candidates(ranker: Ranker, top: int) -> list[Candidate]:
+    """Packing.similar: the windows of other files most like the lines above the cursor, as
+    candidates that outrank every definition (trimming drops them last)."""
+    query = query_words(ranker.lines, ranker.line, ranker.column, ranker.spec)
+    found = similar_windows(ranker.index, ranker.rel, ranker.spec, query, top)
+    return [
+        Candidate(
+            path=w.path,
+            definition=None,
+            def_index=-1,
+            start_line=w.start_line,
+            end_line=w.end_line,
+            score=10.0 + w.score,
+            symbols=None,
+            text=w.text,
+        )
+        for w in found
+    ]
 
 
 def foreign_candidates(candidates: list[Candidate], ranker: Ranker) -> list[Candidate]:

@@ -73,6 +73,10 @@ class Packing:
     # packed as it is alone (its nearest lines, the code above them compressed, the suffix at
     # B/4) in what they left; None: the shares above (pack.py).
     cross_share: float | None = None
+    # With cross_share: this many windows of other files most like the lines above the cursor
+    # (similar.py) come before the ranked definitions; `similar_only` leaves the definitions out.
+    similar: int = 0
+    similar_only: bool = False
 
 
 DEFAULT_PACKING = Packing()

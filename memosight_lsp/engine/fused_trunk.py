@@ -23,9 +23,13 @@ product comes out the same whatever the row count); attention is not: one batche
 queries with a mask rounds differently from k one-query calls (bf16: up to ~5e-4, enough to
 flip an argmax now and then). So passes of up to EXACT_ROWS rows on top of a cache attend row by
 row, each row to exactly the keys a one-token step would see (its prefix, or for a tree node the
-past and its ancestors, gathered in order). float32 keeps the batched call (it differs by ~1e-7).
-Prompt prefills (`prefill=True`) skip it: nothing compares their rows with one-token steps, and
-row by row cost ~10-20 ms a row at 0.5B parameters in bf16 (a keystroke's re-prefill).
+past and its ancestors, gathered in order). Where the native kernels run (engine/native.py),
+one call of native.attend does that for all rows, and one-token steps go through it too: torch's
+bfloat16 attention took ~0.75 ms a layer for one query over 900 keys, the native one ~0.04 ms.
+Elsewhere each row is a call of torch's attention of its own. float32 keeps the batched call (it
+differs by ~1e-7). Prompt prefills (`prefill=True`) skip it: nothing compares their rows with
+one-token steps, and row by row cost ~10-20 ms a row at 0.5B parameters in bf16 (a keystroke's
+re-prefill).
 
 The model owns its trunk: the first `prepare_trunk` re-lays its weights out and keeps the trunk
 on the model itself (TRUNK_ATTRIBUTE), so the trunk lives exactly as long as the weights it
@@ -43,6 +47,7 @@ from torch import nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from . import native
 from .kv_cache import cache_for_config
 from .quantize import QuantizedLinear, QuantizedProduct, fuse_quantized
 from .row_kernels import COPY, COPY_MAX_BYTES, FEW_ROWS, LINEAR, TRANSPOSED, Product, RowKernels
@@ -54,6 +59,24 @@ EXACT_ROWS = 64  # passes up to this many rows attend row by row in half precisi
 
 # The keys one row attends to: a prefix of the cache (its length) or positions in order.
 RowKeys = int | torch.Tensor
+
+
+class NativeRows:
+    """The keys of every row of a pass, as native.attend takes them: lengths [S], and the
+    positions [S, L] of rows that see more than a prefix (an empty tensor when none does)."""
+
+    def __init__(self, rows: list[RowKeys]) -> None:
+        self.lengths = torch.tensor([r if isinstance(r, int) else int(r.numel()) for r in rows])
+        listed = [r for r in rows if not isinstance(r, int)]
+        self.index = torch.empty(0, dtype=torch.long)
+        if listed:
+            width = int(self.lengths.max())
+            self.index = torch.zeros(len(rows), width, dtype=torch.long)
+            for i, r in enumerate(rows):
+                if isinstance(r, int):
+                    self.index[i, :r] = torch.arange(r)
+                else:
+                    self.index[i, : r.numel()] = r
 
 
 def prepare_trunk(model: Any) -> HFTrunk | FusedTrunk:
@@ -209,7 +232,7 @@ class _FusedLayer:
         mask: torch.Tensor | None,
         causal: bool,
         kernel: int,
-        row_keys: list[RowKeys] | None = None,
+        row_keys: list[RowKeys] | NativeRows | None = None,
     ) -> torch.Tensor:
         seq = x.shape[1]
         heads, kv_heads = self.n_heads, self.n_kv_heads
@@ -224,6 +247,18 @@ class _FusedLayer:
         qk = torch.addcmul(qk * cos, qk.roll(self.head_dim // 2, dims=-1), sin)
         q, k = qk[:, :heads], qk[:, heads:]
         keys, values = cache.update(k, v, self.index)
+        if isinstance(row_keys, NativeRows):
+            kernels = native.kernels()
+            assert kernels is not None  # NativeRows are made only where they run
+            attended = kernels.attend(  # [S, heads, D]
+                q[0].transpose(0, 1),
+                keys[0],
+                values[0],
+                row_keys.lengths,
+                row_keys.index,
+                self.scaling,
+            )
+            return self._finish(x, attended.view(1, seq, heads * self.head_dim), kernel)
         if row_keys is None:
             attended = F.scaled_dot_product_attention(
                 q,
@@ -243,6 +278,10 @@ class _FusedLayer:
                 dim=2,
             )
         attended = attended.transpose(1, 2).reshape(1, seq, heads * self.head_dim)
+        return self._finish(x, attended, kernel)
+
+    def _finish(self, x: torch.Tensor, attended: torch.Tensor, kernel: int) -> torch.Tensor:
+        """The attention's output projection and residual, then the MLP block."""
         x = x + self.o(attended, kernel)
         h = _rms_norm(x, self.post_norm)
         return x + self.down(self.act(self.gate(h, kernel)).mul_(self.up(h, kernel)), kernel)
@@ -302,8 +341,16 @@ class FusedTrunk(HFTrunk):
             and all(p.weight.is_cpu and p.weight.dtype == torch.float32 for p in dense)
         )
         self.kernels: RowKernels | None = None
-        # Half precision: verification passes attend row by row (see the module docstring).
+        # Half precision: verification passes attend row by row (see the module docstring),
+        # with the native kernel where it runs (one-token steps then too, to match).
         self.exact_rows = self.dtype != torch.float32
+        self.native_rows = (
+            self.exact_rows
+            and self.norm.weight.is_cpu
+            and self.dtype == torch.bfloat16
+            and self.layers[0].head_dim % 16 == 0
+            and native.kernels() is not None
+        )
         size = sum(p.weight.numel() * p.weight.element_size() for p in dense)
         if self.timed_kernels and size <= COPY_MAX_BYTES:
             for product in dense:
@@ -364,8 +411,11 @@ class FusedTrunk(HFTrunk):
         if positions is None:
             positions = torch.arange(past, past + seq, device=device)
         causal = False
-        row_keys = None
-        if self.exact_rows and exact and past > 0 and 1 < seq <= EXACT_ROWS:
+        row_keys: list[RowKeys] | NativeRows | None = None
+        if self.native_rows and exact and past > 0 and seq <= EXACT_ROWS:
+            row_keys = NativeRows(_row_keys(mask, past, seq))
+            mask = None
+        elif self.exact_rows and exact and past > 0 and 1 < seq <= EXACT_ROWS:
             row_keys = _row_keys(mask, past, seq)
             mask = None
         elif mask is None and seq > 1:

@@ -1,16 +1,19 @@
 """Weight-only int8 / int4 linear layers: decoding a real model on a CPU is bound by reading the
 weights, so fewer bytes per weight is fewer milliseconds per token.
 
-- int8: one scale per output channel (symmetric, amax / 127), products by
-  `aten._weight_int8pack_mm` (activations bf16 on CPUs with native bf16).
-- int4: asymmetric groups of INT4_GROUP input channels (a scale and a zero per group), packed
-  two per byte for `aten._weight_int4pack_mm_for_cpu`; the LM head stays int8.
+- int8: one scale per output channel (symmetric, amax / 127).
+- int4: asymmetric groups of INT4_GROUP input channels (a scale and a zero per group), two per
+  byte; the LM head stays int8.
 
-Those kernels are made for decoding: their cost grows with every row (measured with the
-Qwen2.5-Coder-0.5B shapes, one thread: int4 1 / 8 / 64 rows 28 / 104 / 792 ms a pass, int8 83 /
-180 / 1,103). A prefill of hundreds of rows instead converts the int8 values to the activations'
-dtype and runs one dense product (~300 ms for 4 to 256 rows): int8 weights exactly as they
-are, int4 ones from an int8 copy of the same weight (1.5 bytes a weight in all).
+Two layouts. "vnni", where the project's own kernels run (engine/native.py; AVX-512 VNNI):
+weights in tiles (engine/vnni_layout.py), activations quantized to int8 per group of 128 inside
+the product, whose cost barely grows from 1 to 8 rows and which beats a dense product at
+prefill sizes too. Elsewhere "aten": torch's `_weight_int8pack_mm` / `_weight_int4pack_mm_for_cpu`
+with bfloat16 activations. Those are made for decoding: their cost grows with every row
+(Qwen2.5-Coder-0.5B shapes, one thread: int4 1 / 8 / 64 rows 28 / 104 / 792 ms a pass, int8 83 /
+180 / 1,103), so from MANY_ROWS rows an "aten" product converts the int8 values to the
+activations' dtype and runs one dense product: int8 weights as they are, int4 ones from an int8
+copy of the same weight (1.5 bytes a weight in all).
 
 `quantize_model` swaps the decoder's nn.Linear modules (and the LM head) for QuantizedLinear in
 place, freeing each dense weight as it goes, so the model's own forward keeps working and the
@@ -31,13 +34,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import native, vnni_layout
+
 Quantization = Literal["none", "int8", "int4"]
+Layout = Literal["aten", "vnni"]
 INT4_GROUP = 128  # input channels per int4 scale/zero (what torchao uses on CPU by default)
 INT4_INNER_K_TILES = 2  # the CPU packing's tile size (in_features must divide by 16 * this)
-# From here on products run dense. The kernels lose from ~32 rows, but a verification pass (up to
-# 33 rows) must run the kernel a one-token step runs, to give the same bits (fused_trunk).
+# From here on "aten" products run dense. The kernels lose from ~32 rows, but a verification
+# pass (up to 33 rows) must run the kernel a one-token step runs, to give the same bits.
 MANY_ROWS = 64
 CHUNK_ROWS = 4096  # output channels quantized at a time (bounds the float32 temporaries)
+
+
+def native_layout() -> Layout:
+    """The layout this machine multiplies fastest: "vnni" where the native kernels run."""
+    return "vnni" if native.kernels() is not None else "aten"
+
+
+def layout_for(out_features: int, in_features: int) -> Layout:
+    """The layout a weight of this shape gets here."""
+    fits = vnni_layout.fits(out_features, in_features)
+    return native_layout() if fits else "aten"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,14 +62,27 @@ class QuantizedWeight:
     """A quantized [out, in] weight and what its kernel needs to multiply by it."""
 
     kind: Literal["int8", "int4"]
-    data: torch.Tensor  # int8 [out, in] or packed uint8 [out, in / 2]
-    scales: torch.Tensor  # int8: [out]; int4: scales and zeros [in / group, out, 2]
+    layout: Layout = "aten"
+    # "aten": int8 [out, in], or int4 packed for torch's kernel; "vnni": vnni_layout's tiles
+    data: torch.Tensor
+    # int8: [out] (the activations' dtype; "vnni": float32); int4 "aten": scales and zeros
+    # [in / group, out, 2] in the activations' dtype; int4 "vnni": float32 scales and minimums
+    # [out / 16, in / group, 2, 16]
+    scales: torch.Tensor
     out_features: int
     in_features: int
-    wide: QuantizedWeight | None = None  # int4: the int8 form that products over many rows use
+    sums: torch.Tensor | None = None  # int8 "vnni": vnni_layout.int8_group_sums
+    wide: QuantizedWeight | None = None  # int4 "aten": the int8 form many-row products use
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """[R, in] -> [R, out] in the activations' dtype."""
+        if self.layout == "vnni":
+            kernels = native.kernels()
+            if kernels is None:
+                raise RuntimeError("weights in the vnni layout need the native kernels")
+            if self.kind == "int4":
+                return kernels.int4_matmul(x, self.data, self.scales)
+            return kernels.int8_matmul(x, self.data, self.sums, self.scales)
         if x.shape[0] >= MANY_ROWS:
             int8 = self.wide or self
             return F.linear(x, int8.data.to(x.dtype)) * int8.scales  # (x @ q^T) * s == x @ w^T
@@ -63,16 +93,39 @@ class QuantizedWeight:
     def dequantized(self) -> torch.Tensor:
         """The fp32 [out, in] weight the products compute with (reference for tests)."""
         if self.kind == "int8":
-            return self.data.float() * self.scales.float()[:, None]
+            return self.int8_values().float() * self.scales.float()[:, None]
+        if self.layout == "vnni":
+            values = vnni_layout.unpack_int4(self.data).float()
+            scales, minimums = vnni_layout.unpack_group_pairs(self.scales)  # [out, groups]
+            groups = values.reshape(self.out_features, -1, INT4_GROUP)
+            weight = groups * scales[..., None] + minimums[..., None]
+            return weight.reshape(self.out_features, self.in_features)
         unpacked = _unpack_int4(self.data, self.out_features, self.in_features)
         groups = unpacked.reshape(self.out_features, -1, INT4_GROUP).float()
         scales = self.scales[..., 0].t().float()[..., None]  # [out, groups, 1]
         zeros = self.scales[..., 1].t().float()[..., None]
         return ((groups - 8) * scales + zeros).reshape(self.out_features, self.in_features)
 
+    def int8_values(self, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """An int8 weight's values as [out, in] rows (only the rows `ids`, shaped like them)."""
+        if self.layout == "vnni":
+            if ids is None:
+                return vnni_layout.unpack_int8(self.data)
+            return vnni_layout.int8_rows(self.data, ids)
+        return self.data if ids is None else self.data[ids]
+
     def rows(self, start: int, end: int) -> QuantizedWeight:
-        """Output channels start..end (int8: views; int4's packing tiles rows: repacked)."""
-        if self.kind == "int8":
+        """Output channels start..end (int8 and "vnni": views; torch's int4 packing: repacked)."""
+        if self.layout == "vnni":
+            if start % vnni_layout.TILE or end % vnni_layout.TILE:
+                raise ValueError("vnni weights are sliced in whole tiles of 16 rows")
+            tiles = slice(start // vnni_layout.TILE, end // vnni_layout.TILE)
+            if self.kind == "int8":
+                data, scales = self.data[tiles], self.scales[start:end]
+                sums = self.sums[tiles] if self.sums is not None else None
+                return replace(self, data=data, scales=scales, sums=sums, out_features=end - start)
+            data, scales = self.data[tiles], self.scales[tiles]
+        elif self.kind == "int8":
             data, scales = self.data[start:end], self.scales[start:end]
         else:
             values = _unpack_int4(self.data, self.out_features, self.in_features)
@@ -81,15 +134,25 @@ class QuantizedWeight:
         return replace(self, data=data, scales=scales, out_features=end - start, wide=wide)
 
     def nbytes(self) -> int:
-        own = sum(t.numel() * t.element_size() for t in (self.data, self.scales))
+        own = sum(
+            t.numel() * t.element_size()
+            for t in (self.data, self.scales, self.sums)
+            if t is not None
+        )
         return own + (self.wide.nbytes() if self.wide is not None else 0)
 
 
-def quantize_weight(weight: torch.Tensor, kind: Literal["int8", "int4"], dtype: torch.dtype):
-    """Quantize a dense [out, in] weight; scales in the activations' `dtype`. Works through
-    CHUNK_ROWS output channels at a time: the float32 temporaries of a whole LM head would be
-    ~2 GB for a 150k vocabulary."""
+def quantize_weight(
+    weight: torch.Tensor,
+    kind: Literal["int8", "int4"],
+    dtype: torch.dtype,
+    layout: Layout | None = None,
+):
+    """Quantize a dense [out, in] weight; scales in the activations' `dtype` ("vnni": float32).
+    `layout`: default layout_for(its shape). Works through CHUNK_ROWS output channels at a
+    time: the float32 temporaries of a whole LM head would be ~2 GB for a 150k vocabulary."""
     out_features, in_features = weight.shape
+    layout = layout or layout_for(out_features, in_features)
     int8 = torch.empty(out_features, in_features, dtype=torch.int8)
     int8_scales = torch.empty(out_features)
     if kind == "int4":
@@ -109,6 +172,16 @@ def quantize_weight(weight: torch.Tensor, kind: Literal["int8", "int4"], dtype: 
             groups_zeros[rows] = low + scales * 8  # the kernel computes (q - 8) * scale + zero
             q = ((groups - low[..., None]) / scales[..., None]).round().clamp(0, 15)
             int4[rows] = q.reshape(w.shape)
+    if kind == "int8" and layout == "vnni":
+        return QuantizedWeight(
+            kind="int8",
+            layout="vnni",
+            data=vnni_layout.pack_int8(int8),
+            scales=int8_scales,
+            sums=vnni_layout.int8_group_sums(int8),
+            out_features=out_features,
+            in_features=in_features,
+        )
     wide = QuantizedWeight(
         kind="int8",
         data=int8,
@@ -118,31 +191,47 @@ def quantize_weight(weight: torch.Tensor, kind: Literal["int8", "int4"], dtype: 
     )
     if kind == "int8":
         return wide
+    if layout == "vnni":
+        # The kernel computes q * scale + minimum: the minimum is zero - 8 * scale.
+        minimums = groups_zeros - groups_scales * 8
+        return QuantizedWeight(
+            kind="int4",
+            layout="vnni",
+            data=vnni_layout.pack_int4(int4),
+            scales=vnni_layout.pack_group_pairs(groups_scales, minimums),
+            out_features=out_features,
+            in_features=in_features,
+        )
     scales_and_zeros = torch.stack((groups_scales.t(), groups_zeros.t()), dim=-1)
     return QuantizedWeight(
         kind="int4",
         data=_pack_int4(int4),
         scales=scales_and_zeros.to(torch.bfloat16).contiguous(),  # [in / group, out, 2]
+        wide=wide,
         out_features=out_features,
         in_features=in_features,
-        wide=wide,
     )
 
 
 def concat(weights: list[QuantizedWeight]) -> QuantizedWeight:
-    """One weight for several products over the same input (fused q/k/v)."""
+    """One weight for several products over the same input (fused q/k/v), all of one layout."""
     first = weights[0]
-    if first.kind == "int8":
+    if any(w.layout != first.layout for w in weights):
+        raise ValueError("fused weights must share a layout")
+    sums = None
+    if first.kind == "int8" or first.layout == "vnni":  # rows, or whole tiles of rows
         data = torch.cat([w.data for w in weights])
         scales = torch.cat([w.scales for w in weights])
-    else:  # the packing tiles output channels: concatenate the values, pack again
+        if first.sums is not None:
+            sums = torch.cat([w.sums for w in weights if w.sums is not None])
+    else:  # torch's int4 packing tiles output channels: concatenate the values, pack again
         values = [_unpack_int4(w.data, w.out_features, w.in_features) for w in weights]
         data = _pack_int4(torch.cat(values))
         scales = torch.cat([w.scales for w in weights], dim=1).contiguous()
     wides = [w.wide for w in weights if w.wide is not None]
     wide = concat(wides) if len(wides) == len(weights) else None
     out_features = sum(w.out_features for w in weights)
-    return replace(first, data=data, scales=scales, out_features=out_features, wide=wide)
+    return replace(first, data=data, scales=scales, sums=sums, out_features=out_features, wide=wide)
 
 
 def _pack_int4(values: torch.Tensor) -> torch.Tensor:
@@ -209,8 +298,8 @@ class QuantizedEmbedding(nn.Module):
         self.embedding_dim = weight.in_features
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        rows = self.quantized.data[ids].to(self.dtype)  # [..., dim]
-        return rows * self.quantized.scales[ids].unsqueeze(-1).to(self.dtype)
+        rows = self.quantized.int8_values(ids).float()  # [..., dim]
+        return (rows * self.quantized.scales[ids].unsqueeze(-1).float()).to(self.dtype)
 
     def extra_repr(self) -> str:
         shared = ", shared with the LM head" if self.shared else ""
@@ -269,7 +358,8 @@ def _quantize_embedding(model: Any, dtype: torch.dtype, tied: bool) -> int:
         weight, shared = head.quantized, True
     else:
         with torch.no_grad():
-            weight, shared = quantize_weight(table.weight, "int8", dtype), False
+            # Looked up, never multiplied: rows as they are.
+            weight, shared = quantize_weight(table.weight, "int8", dtype, "aten"), False
     model.set_input_embeddings(QuantizedEmbedding(weight, dtype, shared=shared))
     dense = table.weight.numel() * table.weight.element_size()
     return dense - (0 if shared else weight.nbytes())
@@ -301,10 +391,11 @@ def quantizable_linears(model: Any) -> Iterator[tuple[nn.Module, str, nn.Linear]
                     yield parent, name, child
 
 
-def quantize_model(model: Any, kind: Quantization) -> int:
+def quantize_model(model: Any, kind: Quantization, layout: Layout | None = None) -> int:
     """Swap the linears for QuantizedLinear (`kind`) and a plain embedding table for a
     QuantizedEmbedding, in place; returns bytes of weights freed. A tied model's table becomes
-    a view of its quantized LM head."""
+    a view of its quantized LM head. `layout`: the decoder linears' (default: the fastest here
+    that all of them fit); the head takes the fastest it fits, or "aten" with layout "aten"."""
     if kind == "none":
         return 0
     dtype = model.get_input_embeddings().weight.dtype
@@ -316,16 +407,26 @@ def quantize_model(model: Any, kind: Quantization) -> int:
         # at 6-8 bits too).
         return "int8" if linear is head else kind
 
-    for _, _, linear in quantizable_linears(model):  # all or nothing: check before changing
+    linears = [linear for _, _, linear in quantizable_linears(model)]
+    trunk = [linear for linear in linears if linear is not head]
+    for linear in linears:  # all or nothing: check before changing
         reason = unsupported_reason(kind_of(linear), linear)
+        fits = vnni_layout.fits(linear.out_features, linear.in_features)
+        if layout == "vnni" and linear is not head and not fits:
+            reason = f"the vnni layout needs shapes in tiles of 16 x 128 (this is {linear})"
         if reason is not None:
             raise ValueError(reason)
+    # One layout for the decoder's linears (fused q/k/v must share one); the head its own.
+    fits = all(vnni_layout.fits(m.out_features, m.in_features) for m in trunk)
+    trunk_layout = layout or (native_layout() if fits else "aten")
     freed = 0
     # One linear at a time, so each dense weight can go before the next is quantized.
     for parent, name, linear in quantizable_linears(model):
         linear_kind = kind_of(linear)
+        head_layout: Layout | None = "aten" if layout == "aten" else None
+        own_layout = trunk_layout if linear is not head else head_layout
         with torch.no_grad():
-            weight = quantize_weight(linear.weight, linear_kind, dtype)
+            weight = quantize_weight(linear.weight, linear_kind, dtype, own_layout)
         bias = linear.bias.detach() if linear.bias is not None else None
         fingerprint = weight_fingerprint(linear.weight)
         setattr(parent, name, QuantizedLinear(weight, bias, fingerprint))

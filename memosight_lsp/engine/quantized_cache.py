@@ -20,7 +20,13 @@ from typing import Any
 
 import torch
 
-from .quantize import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, quantizable_linears
+from .quantize import (
+    QuantizedEmbedding,
+    QuantizedLinear,
+    QuantizedWeight,
+    native_layout,
+    quantizable_linears,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +40,9 @@ def cache_root() -> Path:
 
 
 def cache_file(folder: Path, kind: str, dtype: torch.dtype) -> Path:
-    """Where the quantized form of the model in `folder` is kept."""
-    digest = hashlib.sha256(f"{FORMAT}|{kind}|{dtype}".encode())
+    """Where the quantized form of the model in `folder` is kept (one per layout, so a machine
+    that can build the native kernels later makes its own)."""
+    digest = hashlib.sha256(f"{FORMAT}|{kind}|{native_layout()}|{dtype}".encode())
     for path in sorted(folder.iterdir()):
         if path.name == "config.json":
             digest.update(path.read_bytes())
@@ -145,6 +152,9 @@ def read_tensors(path: Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
 
 def _put(tensors: dict, layout: dict, prefix: str, weight: QuantizedWeight) -> None:
     layout.update(kind=weight.kind, outFeatures=weight.out_features, inFeatures=weight.in_features)
+    layout["layout"] = weight.layout
+    if weight.sums is not None:
+        tensors[f"{prefix}.sums"] = weight.sums.contiguous()
     tensors[f"{prefix}.data"] = weight.data.contiguous()
     tensors[f"{prefix}.scales"] = weight.scales.contiguous()
     if weight.wide is not None:
@@ -161,6 +171,8 @@ def _take(tensors: dict, layout: dict, prefix: str) -> QuantizedWeight:
         out_features=int(layout["outFeatures"]),
         in_features=int(layout["inFeatures"]),
         wide=wide,
+        layout=layout.get("layout", "aten"),
+        sums=tensors.pop(f"{prefix}.sums", None),
     )
 
 

@@ -1,0 +1,118 @@
+"""The project's own CPU kernels (native/*.cpp), compiled once per machine on first use.
+
+- native/int4_vnni.cpp: torch's int4 product dequantizes the weights again for every few rows,
+  so a verification pass over 8 rows costs ~4x a one-row step; this one reads each weight vector
+  once and multiplies it into up to 8 rows with AVX-512 VNNI, activations quantized to int8 per
+  group of 128 (llama.cpp's q8 activations).
+- native/int8_vnni.cpp: the same for int8 weights (the LM head): torch's int8 product of 8 rows
+  costs 2.5x one row, this one about the same.
+- native/attention.cpp: a few query rows over a KV cache, each row over exactly the keys it sees
+  and computed alike whatever the other rows (torch's bfloat16 attention takes ~0.75 ms a layer
+  for one query over 900 keys here, and batched it rounds differently from one row at a time).
+
+They need an x86-64 CPU with AVX-512 VNNI, a C++ compiler and ninja; without them torch's
+kernels run, with a log line that says why. The build (~40 s) goes to
+$XDG_CACHE_HOME/memosight/kernels/<torch version>-<source hash>/, so it happens once per machine
+and torch. MEMOSIGHT_NATIVE_KERNELS=0 turns them off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCES = [
+    Path(__file__).resolve().parent / "native" / name
+    for name in ("module.cpp", "int4_vnni.cpp", "int8_vnni.cpp", "attention.cpp")
+]
+HEADERS = [SOURCES[0].parent / "simd.h"]
+CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni")
+COMPILER_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"]
+ENV_SWITCH = "MEMOSIGHT_NATIVE_KERNELS"
+
+
+def unsupported_reason() -> str | None:
+    """Why the native kernels cannot run here (None: they can, once built)."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return f"{ENV_SWITCH}=0"
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return f"they are for x86-64 Linux (this is {platform.system()} {platform.machine()})"
+    missing = [flag for flag in CPU_FLAGS if flag not in _cpu_flags()]
+    if missing:
+        return f"the CPU lacks {', '.join(missing)}"
+    return None
+
+
+def kernels() -> ModuleType | None:
+    """The compiled module (int4_matmul, attend), or None where it cannot run or be built; the
+    reason is logged once."""
+    return _build()
+
+
+@functools.cache  # one build (or one failure) per process
+def _build() -> ModuleType | None:
+    reason = unsupported_reason()
+    if reason is None:
+        try:
+            return _compile()
+        except Exception as err:  # a compiler error, a missing ninja or compiler, a full disk
+            reason = f"building them failed: {str(err).strip().splitlines()[-1:]}"
+    log.info("torch's kernels run: the native ones cannot run here (%s)", reason)
+    return None
+
+
+def _compile() -> ModuleType:
+    from torch.utils import cpp_extension
+
+    digest = hashlib.sha256(" ".join(COMPILER_FLAGS).encode())
+    for source in [*SOURCES, *HEADERS]:
+        digest.update(source.read_bytes())
+    short = digest.hexdigest()[:12]
+    name = f"memosight_native_{short}"
+    folder = _cache_root() / f"torch-{torch.__version__}-{short}"
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    built = any(folder.glob(f"{name}*.so"))
+    if not built:
+        log.info("compiling the native kernels once for this machine (about a minute)")
+    # The build tools must never write to stdout: it is the language server's protocol.
+    with contextlib.redirect_stdout(sys.stderr):
+        module = cpp_extension.load(
+            name=name,
+            sources=[str(source) for source in SOURCES],
+            extra_cflags=[*COMPILER_FLAGS, "-fopenmp"],
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(folder),
+            verbose=False,
+        )
+    if not built:
+        log.info("native kernels built in %.0f s (%s)", time.perf_counter() - started, folder)
+    return module
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "memosight" / "kernels"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
