@@ -93,3 +93,94 @@ def test_a_zero_row_gives_zeros_and_mismatched_shapes_are_refused():
 def test_the_switch_turns_them_off(monkeypatch):
     monkeypatch.setenv(native.ENV_SWITCH, "0")
     assert native.unsupported_reason() == f"{native.ENV_SWITCH}=0"
+
+
+# -- attention -------------------------------------------------------------------------------
+NO_INDEX = torch.empty(0, dtype=torch.long)
+
+
+def cache_views(length: int, dtype=torch.bfloat16, kv_heads: int = 2, head_dim: int = 64):
+    """Keys and values as a growing cache hands them out: views of buffers with spare room."""
+    generator = torch.Generator().manual_seed(3)
+    keys = torch.randn(kv_heads, length + 50, head_dim, generator=generator).to(dtype)
+    values = torch.randn(kv_heads, length + 50, head_dim, generator=generator).to(dtype)
+    return keys[:, :length], values[:, :length]
+
+
+def reference_attention(q, keys, values, seen: list[torch.Tensor], scale: float):
+    """float64 softmax attention of each row over the key positions it sees."""
+    group = q.shape[1] // keys.shape[0]
+    out = []
+    for row, positions in enumerate(seen):
+        k = keys[:, positions].double().repeat_interleave(group, 0)  # [H, n, D]
+        v = values[:, positions].double().repeat_interleave(group, 0)
+        weights = torch.softmax((k @ q[row].double()[:, :, None])[..., 0] * scale, -1)
+        out.append((weights[:, None, :] @ v)[:, 0])  # [H, D]
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_follows_the_softmax_of_each_rows_own_keys(dtype):
+    keys, values = cache_views(300, dtype)
+    q = torch.randn(5, 14, 64, generator=torch.Generator().manual_seed(4)).to(dtype)
+    lengths = torch.tensor([296, 297, 298, 299, 300])
+    got = native.kernels().attend(q, keys, values, lengths, NO_INDEX, 0.125)
+    expected = reference_attention(q, keys, values, [torch.arange(n) for n in lengths], 0.125)
+    bound = 1e-5 if dtype == torch.float32 else 1e-2  # bfloat16 output: 8 bits of mantissa
+    assert (got.double() - expected).abs().max() <= bound
+    # Each row alone: the same bits.
+    alone = [
+        native.kernels().attend(q[i : i + 1], keys, values, lengths[i : i + 1], NO_INDEX, 0.125)
+        for i in range(5)
+    ]
+    assert torch.equal(torch.cat(alone), got)
+
+
+def test_a_tree_row_gets_the_bits_of_its_path_laid_out_in_order():
+    """A node of a draft tree sees the past and its ancestors at scattered positions; once its
+    path is accepted they lie in order: the attention must not tell the two apart."""
+    keys, values = cache_views(40)
+    q = torch.randn(1, 14, 64, generator=torch.Generator().manual_seed(5)).bfloat16()
+    seen = torch.tensor([*range(32), 33, 36, 39])  # past 32, then three scattered ancestors
+    tree = native.kernels().attend(q, keys, values, torch.tensor([len(seen)]), seen[None], 0.125)
+    path_keys = keys[:, seen].contiguous()
+    path_values = values[:, seen].contiguous()
+    path = native.kernels().attend(
+        q, path_keys, path_values, torch.tensor([len(seen)]), NO_INDEX, 0.125
+    )
+    assert torch.equal(tree, path)
+    expected = reference_attention(q, keys, values, [seen], 0.125)
+    assert (tree.double() - expected).abs().max() <= 1e-2
+
+
+def test_attention_refuses_keys_it_cannot_see():
+    keys, values = cache_views(20)
+    q = torch.randn(1, 14, 64).bfloat16()
+    attend = native.kernels().attend
+    with pytest.raises(RuntimeError, match="no keys or too many"):
+        attend(q, keys, values, torch.tensor([21]), NO_INDEX, 0.125)
+    with pytest.raises(RuntimeError, match="must increase"):
+        attend(q, keys, values, torch.tensor([3]), torch.tensor([[0, 5, 2]]), 0.125)
+    with pytest.raises(RuntimeError, match="must increase and lie inside"):
+        attend(q, keys, values, torch.tensor([2]), torch.tensor([[0, 20]]), 0.125)
+    with pytest.raises(RuntimeError, match="share a dtype"):
+        attend(q.float(), keys, values, torch.tensor([3]), NO_INDEX, 0.125)
+
+
+def test_a_bfloat16_trunk_attends_natively_and_passes_equal_steps():
+    from memosight_lsp.engine.fused_trunk import prepare_trunk
+    from memosight_lsp.engine.kv_cache import new_cache
+    from tests.test_quantize import wide_model
+
+    model = wide_model("qwen2")  # bfloat16, head size 32
+    trunk = prepare_trunk(model)
+    assert trunk.native_rows
+    ids = torch.randint(0, 300, (1, 40), generator=torch.Generator().manual_seed(7))
+    stepped, batched = new_cache(model), new_cache(model)
+    trunk(ids[:, :30], stepped, prefill=True)
+    trunk(ids[:, :30], batched, prefill=True)
+    steps = torch.cat([trunk(ids[:, i : i + 1], stepped) for i in range(30, 40)])
+    assert torch.equal(trunk(ids[:, 30:40], batched), steps)
+    with torch.no_grad():
+        reference = model(ids).logits[0, 30:].float()
+    torch.testing.assert_close(trunk.logits(steps).float(), reference, rtol=0.05, atol=0.05)

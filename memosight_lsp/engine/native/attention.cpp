@@ -140,9 +140,12 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
   if (listed) {
     const int64_t* ip = index.data_ptr<int64_t>();
     for (int64_t r = 0; r < q.size(0); ++r) {
+      int64_t previous = -1;
       for (int64_t j = 0; j < lp[r]; ++j) {
         const int64_t at = ip[r * index.size(1) + j];
-        TORCH_CHECK(at >= 0 && at < keys.size(1), "a listed key is outside the cache");
+        TORCH_CHECK(at > previous && at < keys.size(1),
+                    "listed keys must increase and lie inside the cache");
+        previous = at;
       }
     }
   }
