@@ -31,14 +31,16 @@ class Window:
 
 
 @functools.lru_cache(maxsize=256)  # the same files are compared on every keystroke
-def windows(text: str, size: int = WINDOW_LINES) -> tuple[Window, ...]:
-    """Sliding windows of a file's text."""
+def windows(
+    text: str, size: int = WINDOW_LINES, ignore: frozenset[str] = frozenset()
+) -> tuple[Window, ...]:
+    """Sliding windows of a file's text, each with its identifiers but those in `ignore`."""
     lines = text.split("\n")
     out = []
     n = len(lines)
     for start in range(0, max(1, n - size // 2), STRIDE):
         end = min(n, start + size) - 1
-        words = frozenset(_IDENT.findall("\n".join(lines[start : end + 1])))
+        words = frozenset(_IDENT.findall("\n".join(lines[start : end + 1]))) - ignore
         if words:
             out.append(Window(start, end, words))
     return tuple(out)

@@ -29,7 +29,7 @@ import torch
 
 from .fused_trunk import prepare_trunk
 from .kv_cache import new_cache
-from .quantize import Quantization
+from .quantize import Quantization, native_layout
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,8 @@ def weight_bytes(folder: Path) -> int:
 
 
 def _cache_key(folder: Path) -> str:
-    """This machine, thread count, torch, and the model's files (config and weight sizes)."""
+    """This machine, thread count, torch, its kernels (native or torch's), and the model's
+    files (config and weight sizes)."""
     digest = hashlib.sha256()
     for path in sorted(folder.iterdir()):
         if path.name == "config.json":
@@ -248,6 +249,7 @@ def _cache_key(folder: Path) -> str:
         elif path.suffix in (".safetensors", ".bin"):
             digest.update(f"{path.name}:{path.stat().st_size}".encode())
     machine = f"{_cpu_name()}|{torch.get_num_threads()} threads|torch {torch.__version__}"
+    machine += f"|{native_layout()} kernels"
     return f"{machine}|{digest.hexdigest()[:16]}"
 
 

@@ -84,6 +84,7 @@ class FileSymbols:
     _members: dict[int, list[Definition]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _words: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def to_wire(self) -> list[Any]:
         return [
@@ -120,6 +121,14 @@ class FileSymbols:
                 table.setdefault(d.name, []).append(i)
             object.__setattr__(self, "_by_name", table)  # derived, so the outline stays frozen
         return table.get(name, ())
+
+    def words(self) -> frozenset[str]:
+        """The names the file defines and the identifiers its definitions use."""
+        words = self._words
+        if words is None:
+            words = frozenset(word for d in self.definitions for word in (d.name, *d.idents))
+            object.__setattr__(self, "_words", words)  # derived, so the outline stays frozen
+        return words
 
     def members(self, index: int) -> Sequence[Definition]:
         """The definitions directly inside definition `index` (a class's methods), in order."""
