@@ -184,3 +184,27 @@ def test_a_bfloat16_trunk_attends_natively_and_passes_equal_steps():
     with torch.no_grad():
         reference = model(ids).logits[0, 30:].float()
     torch.testing.assert_close(trunk.logits(steps).float(), reference, rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_a_tokens_keys_do_not_depend_on_how_it_entered_the_cache(kind):
+    """Prefilled with the prompt, or decoded one step at a time: with native products and
+    attention the cache holds the same bits, so a reused cache decodes as a cold prompt."""
+    from memosight_lsp.engine.fused_trunk import prepare_trunk
+    from memosight_lsp.engine.kv_cache import new_cache
+    from memosight_lsp.engine.quantize import quantize_model
+    from tests.test_quantize import wide_model
+
+    model = wide_model("qwen2")
+    quantize_model(model, kind)
+    trunk = prepare_trunk(model)
+    ids = torch.randint(0, 300, (1, 48), generator=torch.Generator().manual_seed(8))
+    cold, stepped = new_cache(model), new_cache(model)
+    trunk(ids, cold, prefill=True)  # one prompt pass
+    trunk(ids[:, :20], stepped, prefill=True)
+    for i in range(20, 36):  # decoded, then verified in a pass of 12
+        trunk(ids[:, i : i + 1], stepped)
+    trunk(ids[:, 36:], stepped)
+    for layer in range(model.config.num_hidden_layers):
+        assert torch.equal(cold.layers[layer].keys, stepped.layers[layer].keys)
+        assert torch.equal(cold.layers[layer].values, stepped.layers[layer].values)

@@ -24,12 +24,15 @@ queries with a mask rounds differently from k one-query calls (bf16: up to ~5e-4
 flip an argmax now and then). So passes of up to EXACT_ROWS rows on top of a cache attend row by
 row, each row to exactly the keys a one-token step would see (its prefix, or for a tree node the
 past and its ancestors, gathered in order). Where the native kernels run (engine/native.py),
-one call of native.attend does that for all rows, and one-token steps go through it too: torch's
-bfloat16 attention took ~0.75 ms a layer for one query over 900 keys, the native one ~0.04 ms.
-Elsewhere each row is a call of torch's attention of its own. float32 keeps the batched call (it
-differs by ~1e-7). Prompt prefills (`prefill=True`) skip it: nothing compares their rows with
-one-token steps, and row by row cost ~10-20 ms a row at 0.5B parameters in bf16 (a keystroke's
-re-prefill).
+one call of native.attend does that for all rows of every pass, prompt prefills and one-token
+steps included; with the native kernels' int8 / int4 products, which are row-consistent at any
+row count, a token's keys and values are then the same bits however it entered the cache
+(prefilled in a prompt, decoded, or verified), so a buffer's reused cache decodes exactly as a
+cold prompt would. torch's bfloat16
+attention took ~0.75 ms a layer for one query over 900 keys, the native one ~0.04 ms. Elsewhere
+each verified row is a call of torch's attention of its own, and prompt prefills
+(`prefill=True`) attend batched (row by row cost ~10-20 ms a row at 0.5B parameters in bf16).
+float32 keeps the batched call (it differs by ~1e-7).
 
 The model owns its trunk: the first `prepare_trunk` re-lays its weights out and keeps the trunk
 on the model itself (TRUNK_ATTRIBUTE), so the trunk lives exactly as long as the weights it
@@ -412,7 +415,7 @@ class FusedTrunk(HFTrunk):
             positions = torch.arange(past, past + seq, device=device)
         causal = False
         row_keys: list[RowKeys] | NativeRows | None = None
-        if self.native_rows and exact and past > 0 and seq <= EXACT_ROWS:
+        if self.native_rows:  # prompt rows too: a token's keys then never depend on the pass
             row_keys = NativeRows(_row_keys(mask, past, seq))
             mask = None
         elif self.exact_rows and exact and past > 0 and 1 < seq <= EXACT_ROWS:

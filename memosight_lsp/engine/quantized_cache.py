@@ -30,7 +30,7 @@ from .quantize import (
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # bump when the stored layout changes (2: the int8 embedding table)
+FORMAT = 3  # bump when the stored layout changes (2: the int8 embedding table; 3: vnni layouts)
 _ROTARY_TYPES = ("RotaryEmbedding",)  # modules whose non-persistent tables are recomputed
 
 
