@@ -165,6 +165,17 @@ def test_attention_refuses_keys_it_cannot_see():
         attend(q, keys, values, torch.tensor([2]), torch.tensor([[0, 20]]), 0.125)
     with pytest.raises(RuntimeError, match="share a dtype"):
         attend(q.float(), keys, values, torch.tensor([3]), NO_INDEX, 0.125)
+    odd_keys, odd_values = cache_views(20, head_dim=48)
+    assert 48 not in native.ATTENTION_HEAD_SIZES  # such a trunk attends with torch's kernel
+    with pytest.raises(RuntimeError, match="head size"):
+        attend(
+            torch.randn(1, 14, 48).bfloat16(),
+            odd_keys,
+            odd_values,
+            torch.tensor([3]),
+            NO_INDEX,
+            1.0,
+        )
 
 
 def test_a_bfloat16_trunk_attends_natively_and_passes_equal_steps():

@@ -351,7 +351,7 @@ class FusedTrunk(HFTrunk):
             self.exact_rows
             and self.norm.weight.is_cpu
             and self.dtype == torch.bfloat16
-            and self.layers[0].head_dim % 16 == 0
+            and self.layers[0].head_dim in native.ATTENTION_HEAD_SIZES
             and native.kernels() is not None
         )
         size = sum(p.weight.numel() * p.weight.element_size() for p in dense)

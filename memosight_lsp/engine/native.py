@@ -41,6 +41,7 @@ HEADERS = [SOURCES[0].parent / "simd.h"]
 CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni")
 COMPILER_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"]
 ENV_SWITCH = "MEMOSIGHT_NATIVE_KERNELS"
+ATTENTION_HEAD_SIZES = frozenset({16, 32, 64, 80, 96, 128, 256})  # native/attention.cpp's
 
 
 def unsupported_reason() -> str | None:
