@@ -66,6 +66,7 @@ class DraftTree:
     children: list[dict[int, int]] = field(default_factory=lambda: [{}])  # per input index
     chain: bool = True  # node i+1's parent is node i for every node: plain causal mask works
     main: int = 0  # nodes 1..main are the likeliest branch, contiguous from the root
+    expected_main: float = 0.0  # how many of them the walk is expected to accept
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -322,5 +323,6 @@ def build_tree(
             tree.chain = False
         elif tree.main == index - 1:
             tree.main = index
+            tree.expected_main += node.prob
         stack.extend((kid, index) for kid in sorted(node.kids.values(), key=lambda n: n.prob))
     return tree
