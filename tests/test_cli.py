@@ -72,6 +72,18 @@ def test_models_json(tiny_model_dir):
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)
     assert info["fimFormat"] == "qwen" and info["device"] == "cpu"
+    assert info["kernels"] == "torch's"  # float32: the native kernels serve half precisions
+
+
+def test_models_names_the_native_kernels_for_a_quantized_model(tiny_model_dir):
+    from memosight_lsp.engine import native
+
+    result = memosight("models", "--model", str(tiny_model_dir), "--quantization", "int8", "--json")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["precision"].startswith("int8")
+    expected = "native (AVX-512 VNNI)" if native.kernels() is not None else "torch's ("
+    assert info["kernels"].startswith(expected)
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         f"FIM format:   {info['fimFormat'] or 'none (prefix-only prompts)'}",
         f"device:       {info['device']}",
         f"precision:    {info['precision']} ({info['precisionReason']})",
+        f"kernels:      {info['kernels']}",
         f"vocabulary:   {info['vocabSize']} tokens",
         f"load time:    {info['loadSeconds']:.2f} s",
     ]

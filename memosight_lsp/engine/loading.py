@@ -16,7 +16,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from . import gguf, precision, quantized_cache
+from . import gguf, native, precision, quantized_cache
 from .fim import FimFormat, resolve_fim_format
 from .fused_trunk import prepare_trunk
 from .quantize import quantize_model
@@ -50,6 +50,14 @@ class LoadedModel:
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
     gguf: gguf.GgufSummary | None = None  # set when the model came from a .gguf file
 
+    def kernels(self) -> str:
+        """Whose kernels multiply and attend: the project's native ones serve bfloat16 and
+        quantized models on a CPU that has them (engine/native.py)."""
+        half = self.precision.quantization != "none" or self.dtype == torch.bfloat16
+        if self.device.type != "cpu" or not half:
+            return "torch's"
+        return native.describe()
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -63,6 +71,7 @@ class LoadedModel:
             "dtype": str(self.dtype).removeprefix("torch."),
             "precision": self.precision.describe(),
             "precisionReason": self.precision.reason,
+            "kernels": self.kernels(),
             "vocabSize": len(self.tokenizer),
             "loadSeconds": round(self.load_seconds, 3),
         }

@@ -57,21 +57,28 @@ def unsupported_reason() -> str | None:
 
 
 def kernels() -> ModuleType | None:
-    """The compiled module (int4_matmul, attend), or None where it cannot run or be built; the
-    reason is logged once."""
-    return _build()
+    """The compiled module (int4_matmul, int8_matmul, attend), or None where it cannot run or be
+    built; the reason is logged once."""
+    return _build()[0]
+
+
+def describe() -> str:
+    """Which kernels run here, in words (`memosight models`)."""
+    module, reason = _build()
+    return "native (AVX-512 VNNI)" if module is not None else f"torch's ({reason})"
 
 
 @functools.cache  # one build (or one failure) per process
-def _build() -> ModuleType | None:
+def _build() -> tuple[ModuleType | None, str]:
     reason = unsupported_reason()
     if reason is None:
         try:
-            return _compile()
+            return _compile(), ""
         except Exception as err:  # a compiler error, a missing ninja or compiler, a full disk
-            reason = f"building them failed: {str(err).strip().splitlines()[-1:]}"
+            last = str(err).strip().splitlines()[-1:] or [type(err).__name__]
+            reason = f"building them failed: {last[0]}"
     log.info("torch's kernels run: the native ones cannot run here (%s)", reason)
-    return None
+    return None, reason
 
 
 def _compile() -> ModuleType:
