@@ -67,9 +67,12 @@ class CompletionSettings:
 class ContextSettings:
     budget_tokens: int = 1024
     cross_file: bool = True
-    # The most of the budget other files' snippets take, in percent; the current file is packed
+    # The most of the budget other files' code takes, in percent; the current file is packed
     # in the rest as it is alone (measured with `memosight bench quality`, docs/context.md).
-    cross_file_share: int = 25
+    cross_file_share: int = 35
+    # Windows of other files most like the lines above the cursor, with the lines that followed
+    # them, first in that share (context/similar.py); 0: definitions only.
+    similar_snippets: int = 4
 
 
 @dataclass(kw_only=True)
@@ -102,6 +105,7 @@ NUMERIC_BOUNDS: dict[str, tuple[int, int]] = {
     "first_response_ms": (0, 60000),
     "budget_tokens": (0, 131072),
     "cross_file_share": (0, 100),
+    "similar_snippets": (0, 16),
     "kv_ratio": (2, 16),
     "min_prompt_tokens": (0, 131072),
     "timeout_ms": (100, 120_000),

@@ -39,10 +39,13 @@ def test_complete_with_root_ranks_the_other_files_definition(
     argv = ["context", str(b), *position, "--root", str(root), *cache, "--json"]
     assert main([*argv, "--model", str(tiny_model_dir)]) == 0
     context = json.loads(capsys.readouterr().out)
+    # The definition, as its own chunk or inside a window of similar code (similarSnippets).
     assert any(
         s["path"] == "a.py"
-        and s["symbol"] == "compute_total"
-        and s["kind"] in ("full", "signature")
+        and (
+            (s["symbol"] == "compute_total" and s["kind"] in ("full", "signature"))
+            or (s["kind"] == "window" and s["startLine"] == 0)
+        )
         for s in context["snippets"]
     )
     # Both commands pack the same context for the same budget.

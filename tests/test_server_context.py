@@ -75,8 +75,18 @@ def index_progress(client, kind: str) -> list:
     ]
 
 
-def snippet_from(result: dict, uri: str, symbol: str) -> dict | None:
-    return next((s for s in result["snippets"] if s["uri"] == uri and s["symbol"] == symbol), None)
+def snippet_from(result: dict, uri: str, symbol: str, line: int | None = None) -> dict | None:
+    """The snippet of `uri` that shows `symbol`: its own chunk or, when its `line` is given, a
+    window of similar code over that line (context.similarSnippets)."""
+    for s in result["snippets"]:
+        if s["uri"] != uri:
+            continue
+        if s["symbol"] == symbol:
+            return s
+        lines = s["range"]["start"]["line"], s["range"]["end"]["line"]
+        if line is not None and s["kind"] == "window" and lines[0] <= line <= lines[1]:
+            return s
+    return None
 
 
 async def test_indexing_reports_progress_and_rewrites_a_corrupt_cache(client, workspace):
@@ -116,6 +126,7 @@ async def test_an_unsaved_edit_in_another_buffer_reaches_the_context(client, wor
     b_uri, a_uri = (root / "b.py").as_uri(), (root / "a.py").as_uri()
     before = await context(client, b_uri, *DISCOUNT_SITE)
     assert snippet_from(before, a_uri, "apply_discount") is None
+    assert "def apply_discount" not in before["prompt"]
     open_doc(client, a_uri, A_PY)
     end_line = A_PY.count("\n")
     edit(client, a_uri, 2, (end_line, 0), (end_line, 0), NEW_FUNCTION.lstrip("\n"))
@@ -123,15 +134,15 @@ async def test_an_unsaved_edit_in_another_buffer_reaches_the_context(client, wor
 
     async def probe() -> bool:
         found.update(await context(client, b_uri, *DISCOUNT_SITE))
-        return snippet_from(found, a_uri, "apply_discount") is not None
+        return snippet_from(found, a_uri, "apply_discount", end_line) is not None
 
     for _ in range(40):
         if await probe():
             break
         await asyncio.sleep(0.1)
-    snippet = snippet_from(found, a_uri, "apply_discount")
+    snippet = snippet_from(found, a_uri, "apply_discount", end_line)
     assert snippet is not None, found["snippets"]
-    assert snippet["range"]["start"]["line"] == end_line
+    assert snippet["range"]["start"]["line"] <= end_line <= snippet["range"]["end"]["line"]
     assert "def apply_discount(total, percent):" in found["prompt"]
     assert "apply_discount" not in (root / "a.py").read_text()  # never saved
 
@@ -165,7 +176,7 @@ async def test_budget_and_cross_file_setting_are_honoured(client, workspace):
             )
         )
     again = await context(client, b_uri, *CALL_SITE)
-    assert snippet_from(again, a_uri, "compute_total") is not None
+    assert snippet_from(again, a_uri, "compute_total", 3) is not None
 
 
 async def test_a_file_outside_the_workspace_gets_its_own_text_only(client):
@@ -195,8 +206,8 @@ async def test_an_added_workspace_folder_is_indexed(client, tmp_path_factory):
     result: dict = {}
     for _ in range(100):
         result = await context(client, uri, 2, 19)
-        if snippet_from(result, helpers, "format_money"):
+        if snippet_from(result, helpers, "format_money", 0):
             break
         await asyncio.sleep(0.1)
-    assert snippet_from(result, helpers, "format_money"), result["snippets"]
+    assert snippet_from(result, helpers, "format_money", 0), result["snippets"]
     assert "# file: helpers.py\n" in result["prompt"]

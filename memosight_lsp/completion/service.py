@@ -54,7 +54,8 @@ Deadline = float | Callable[[], float]
 
 def packing_for(settings: Settings) -> Packing:
     """How the context settings share the budget (context.Packing)."""
-    return Packing(cross_share=settings.context.cross_file_share / 100)
+    context = settings.context
+    return Packing(cross_share=context.cross_file_share / 100, similar=context.similar_snippets)
 
 
 # The request's defaults are the settings' defaults (config.py), so the two cannot drift.

@@ -76,7 +76,12 @@ M.settings_schema = {
     precomputeNext = "boolean",
     firstResponseMs = "number",
   },
-  context = { budgetTokens = "number", crossFile = "boolean", crossFileShare = "number" },
+  context = {
+    budgetTokens = "number",
+    crossFile = "boolean",
+    crossFileShare = "number",
+    similarSnippets = "number",
+  },
   compression = {
     kvCompression = { "off", "lossless-draft", "lossy-snapkv" },
     kvRatio = "number",
