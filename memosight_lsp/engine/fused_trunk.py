@@ -28,11 +28,10 @@ one call of native.attend does that for all rows of every pass, prompt prefills 
 steps included; with the native kernels' int8 / int4 products, which are row-consistent at any
 row count, a token's keys and values are then the same bits however it entered the cache
 (prefilled in a prompt, decoded, or verified), so a buffer's reused cache decodes exactly as a
-cold prompt would. torch's bfloat16
-attention took ~0.75 ms a layer for one query over 900 keys, the native one ~0.04 ms. Elsewhere
-each verified row is a call of torch's attention of its own, and prompt prefills
-(`prefill=True`) attend batched (row by row cost ~10-20 ms a row at 0.5B parameters in bf16).
-float32 keeps the batched call (it differs by ~1e-7).
+cold prompt would. torch's bfloat16 attention took ~0.75 ms a layer for one query over 900
+keys, the native one ~0.03 ms. Elsewhere each verified row is a call of torch's attention of its
+own, and prompt prefills (`prefill=True`) attend batched (row by row cost ~10-20 ms a row at 0.5B
+parameters in bf16). float32 keeps the batched call (it differs by ~1e-7).
 
 The model owns its trunk: the first `prepare_trunk` re-lays its weights out and keeps the trunk
 on the model itself (TRUNK_ATTRIBUTE), so the trunk lives exactly as long as the weights it
