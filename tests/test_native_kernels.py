@@ -219,3 +219,19 @@ def test_a_tokens_keys_do_not_depend_on_how_it_entered_the_cache(kind):
     for layer in range(model.config.num_hidden_layers):
         assert torch.equal(cold.layers[layer].keys, stepped.layers[layer].keys)
         assert torch.equal(cold.layers[layer].values, stepped.layers[layer].values)
+
+
+def test_the_build_that_takes_a_minute_is_announced_once(monkeypatch, tmp_path):
+    messages: list[str] = []
+    monkeypatch.setattr(native, "_target", lambda: ("memosight_native_test", tmp_path))
+    monkeypatch.setattr(native, "kernels", lambda: "the module")
+    native._build.cache_clear()
+    try:
+        assert native.ensure_built(messages.append) == "the module"
+        assert len(messages) == 1 and "once for this machine" in messages[0]
+        (tmp_path / "memosight_native_test.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+        messages.clear()
+        native.ensure_built(messages.append)  # built already: nothing to announce
+        assert messages == []
+    finally:
+        native._build.cache_clear()

@@ -77,6 +77,18 @@ class LoadedModel:
         }
 
 
+def _may_run_native_kernels(
+    asked: precision.Precision | None, folder: Path, device: torch.device
+) -> bool:
+    """Whether this load may quantize or run bfloat16 on the CPU (engine/native.py's kernels):
+    asked for, or `auto` measuring a model too large for float32 alone."""
+    if device.type != "cpu":
+        return False
+    if asked is None:
+        return precision.weight_bytes(folder) >= precision.SMALL_MODEL_BYTES
+    return asked.quantization != "none" or asked.dtype == torch.bfloat16
+
+
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -200,6 +212,8 @@ def load_model(
             log.info("precision %s skipped: %s", candidate.describe(), err)
             return None
 
+    if _may_run_native_kernels(asked, folder, torch_device):
+        native.ensure_built(progress)  # the first build takes a minute: say so
     chosen = asked or precision.choose(folder, load, tokenizer, progress=progress)
     model, num_parameters = _load_weights(
         folder, config, chosen, torch_device, count=True, allow_pickle=allow_pickle

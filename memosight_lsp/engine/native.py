@@ -26,6 +26,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -81,15 +82,28 @@ def _build() -> tuple[ModuleType | None, str]:
     return None, reason
 
 
-def _compile() -> ModuleType:
-    from torch.utils import cpp_extension
+def ensure_built(progress: Callable[[str], None] | None = None) -> ModuleType | None:
+    """kernels(), telling `progress` first when this call is the one that compiles them."""
+    if progress is not None and unsupported_reason() is None and _build.cache_info().currsize == 0:
+        name, folder = _target()
+        if not any(folder.glob(f"{name}*.so")):
+            progress("building the native CPU kernels, once for this machine (about a minute)")
+    return kernels()
 
+
+def _target() -> tuple[str, Path]:
+    """The module's name and build folder: one per source version, flags and torch."""
     digest = hashlib.sha256(" ".join(COMPILER_FLAGS).encode())
     for source in [*SOURCES, *HEADERS]:
         digest.update(source.read_bytes())
     short = digest.hexdigest()[:12]
-    name = f"memosight_native_{short}"
-    folder = _cache_root() / f"torch-{torch.__version__}-{short}"
+    return f"memosight_native_{short}", _cache_root() / f"torch-{torch.__version__}-{short}"
+
+
+def _compile() -> ModuleType:
+    from torch.utils import cpp_extension
+
+    name, folder = _target()
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     built = any(folder.glob(f"{name}*.so"))
