@@ -235,3 +235,42 @@ def test_the_build_that_takes_a_minute_is_announced_once(monkeypatch, tmp_path):
         assert messages == []
     finally:
         native._build.cache_clear()
+
+
+def test_a_failed_build_falls_back_to_torchs_kernels(monkeypatch, tmp_path):
+    """No working C++ compiler: one log line, torch's kernels, nothing raised."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CXX", "/bin/false")
+    native._build.cache_clear()
+    try:
+        assert native.kernels() is None
+        assert native.describe().startswith("torch's (building them failed")
+        assert native_layout() == "aten"
+    finally:
+        native._build.cache_clear()
+
+
+def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_one(monkeypatch, tmp_path):
+    import os
+    import threading
+    import time
+
+    monkeypatch.setattr(native, "_target", lambda: ("memosight_native_test", tmp_path))
+    monkeypatch.setenv("CXX", "/bin/false")  # the build itself may fail: it must not wait
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    hour_ago = time.time() - 3600
+    os.utime(lock, (hour_ago, hour_ago))
+    outcome: list[BaseException | object] = []
+
+    def build() -> None:
+        try:
+            outcome.append(native._compile())
+        except BaseException as err:  # the failed build is expected here
+            outcome.append(err)
+
+    worker = threading.Thread(target=build, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "waited on the stale lock"
+    assert outcome and not lock.exists()

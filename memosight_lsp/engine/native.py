@@ -42,6 +42,7 @@ HEADERS = [SOURCES[0].parent / "simd.h"]
 CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni")
 COMPILER_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"]
 ENV_SWITCH = "MEMOSIGHT_NATIVE_KERNELS"
+STALE_LOCK_SECONDS = 600  # a build takes about a minute: a lock this old was abandoned
 ATTENTION_HEAD_SIZES = frozenset({16, 32, 64, 80, 96, 128, 256})  # native/attention.cpp's
 
 
@@ -105,6 +106,7 @@ def _compile() -> ModuleType:
 
     name, folder = _target()
     folder.mkdir(parents=True, exist_ok=True)
+    _drop_stale_lock(folder / "lock")
     started = time.perf_counter()
     built = any(folder.glob(f"{name}*.so"))
     if not built:
@@ -122,6 +124,17 @@ def _compile() -> ModuleType:
     if not built:
         log.info("native kernels built in %.0f s (%s)", time.perf_counter() - started, folder)
     return module
+
+
+def _drop_stale_lock(lock: Path) -> None:
+    """torch waits for a build's lock file without end: one left by a process killed while
+    building (an editor closed during the first minute) would hang every later load."""
+    try:
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
+            lock.unlink()
+            log.warning("removed the stale build lock %s", lock)
+    except FileNotFoundError:
+        pass
 
 
 def _cache_root() -> Path:

@@ -152,7 +152,8 @@ def quantize_weight(
     `layout`: default layout_for(its shape). Works through CHUNK_ROWS output channels at a
     time: the float32 temporaries of a whole LM head would be ~2 GB for a 150k vocabulary."""
     out_features, in_features = weight.shape
-    layout = layout or layout_for(out_features, in_features)
+    native_dtype = dtype in (torch.bfloat16, torch.float32)  # what the native kernels take
+    layout = layout or (layout_for(out_features, in_features) if native_dtype else "aten")
     int8 = torch.empty(out_features, in_features, dtype=torch.int8)
     int8_scales = torch.empty(out_features)
     if kind == "int4":
@@ -418,7 +419,8 @@ def quantize_model(model: Any, kind: Quantization, layout: Layout | None = None)
             raise ValueError(reason)
     # One layout for the decoder's linears (fused q/k/v must share one); the head its own.
     fits = all(vnni_layout.fits(m.out_features, m.in_features) for m in trunk)
-    trunk_layout = layout or (native_layout() if fits else "aten")
+    native_dtype = dtype in (torch.bfloat16, torch.float32)  # what the native kernels take
+    trunk_layout = layout or (native_layout() if fits and native_dtype else "aten")
     freed = 0
     # One linear at a time, so each dense weight can go before the next is quantized.
     for parent, name, linear in quantizable_linears(model):
