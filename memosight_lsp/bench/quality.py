@@ -23,6 +23,9 @@ Strategies (`--strategies`, comma-separated; variants join with `+`, e.g. `floor
   suffix4   the suffix gets B/4 (as without an index) instead of B/8
   foreign   snippets only for names used near the cursor or imported, not defined in the file
   repo      other files in the model family's repository format (Qwen2.5-Coder `<|file_sep|>`)
+  simN      with shareP: N windows of other files most like the lines above the cursor first
+            (context/similar.py; the defaults are share35+sim4)
+  simonly   with simN: those windows only, no ranked definitions
 
     memosight bench quality --model M --cases 200 --strategies file,default,share10,floor40 \\
         --budgets 1024 --threads 1 --out q.json --plot q.png --examples 20
