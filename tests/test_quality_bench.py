@@ -61,6 +61,9 @@ def test_strategies_parse_into_settings_and_packing() -> None:
     assert mixed.packing == Packing(prefix_floor_lines=40, suffix_share=0.25, foreign_only=True)
     assert mixed.repo_format is True
     assert quality.parse_strategy("share25").packing == Packing(cross_share=0.25)
+    assert quality.parse_strategy("share35+sim4").packing == Packing(cross_share=0.35, similar=4)
+    only = quality.parse_strategy("share25+sim2+simonly").packing
+    assert only == Packing(cross_share=0.25, similar=2, similar_only=True)
     with pytest.raises(ValueError, match="unknown strategy part 'wide'"):
         quality.parse_strategy("floor40+wide")
 
