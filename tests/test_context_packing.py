@@ -144,3 +144,15 @@ def test_repo_format_names_files_with_the_familys_tokens(engine, project) -> Non
     assert markers.text.startswith("<|fim_prefix|># file: pkg/models.py\n")
     alone = CompletionRequest(**{**request.__dict__, "index": None})
     assert not engine.prepare(alone).text.startswith("<|repo_name|>")
+
+
+def test_the_current_file_keeps_its_first_tokens_before_other_files_get_any(project) -> None:
+    from memosight_lsp.context.pack import MIN_OWN_TOKENS
+
+    index, root = project
+    share = Packing(cross_share=0.35, similar=4)
+    small = long_ctx(index, root, budget=MIN_OWN_TOKENS, packing=share)
+    assert cross_tokens(small) == 0
+    assert all(s.path == "pkg/app.py" for s in small.snippets)
+    larger = long_ctx(index, root, budget=MIN_OWN_TOKENS + 100, packing=share)
+    assert 0 < cross_tokens(larger) <= 100
