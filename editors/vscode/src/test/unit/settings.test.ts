@@ -28,7 +28,7 @@ const DEFAULTS = {
     precomputeNext: true,
     firstResponseMs: 300,
   },
-  context: { budgetTokens: 1024, crossFile: true, crossFileShare: 25 },
+  context: { budgetTokens: 1024, crossFile: true, crossFileShare: 35, similarSnippets: 4 },
   compression: { kvCompression: 'off', kvRatio: 4, minPromptTokens: 2048 },
 };
 
