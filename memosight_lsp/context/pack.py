@@ -45,10 +45,10 @@ SUFFIX_SHARE_INDEXED = 1 / 8
 SUFFIX_SHARE_PLAIN = 1 / 4
 MIN_PREFIX_SHARE = 1 / 4
 HEAD_SHARE = 1 / 8
-# With Packing.cross_share, the current file keeps this much before other files get any: at 256
-# tokens, other files' code in a 35% share cost Qwen2.5-Coder-0.5B 13 points of edit similarity
-# on cross-file call lines (docs/context.md); budgets above ~400 tokens are not affected.
-MIN_OWN_TOKENS = 256
+# With Packing.cross_share, the current file keeps this much before other files get any: in a
+# 35% share, other files' code cost Qwen2.5-Coder-0.5B exact match on random lines at 256 and 512
+# tokens (-6 and -5 points, docs/context.md); from ~800 tokens on the share is what it says.
+MIN_OWN_TOKENS = 512
 
 
 @dataclass(slots=True)
