@@ -24,8 +24,7 @@ namespace {
 constexpr int64_t TILE = 16;
 constexpr int64_t GROUP = 128;
 constexpr int64_t VECTORS = GROUP / 8;  // 64-byte weight vectors per tile and group
-constexpr int ROW_BLOCK = 8;            // rows multiplied per load of a weight vector
-constexpr int64_t ROW_CHUNK = 64;       // rows whose activations stay in cache across tiles
+constexpr int ROW_BLOCK = native::ROW_BLOCK;  // rows multiplied per load of a weight vector
 
 // NR rows (starting at `row`) times one tile: 16 outputs of each row, in float32.
 template <int NR>
@@ -75,27 +74,13 @@ template <typename T>
 void int4_matmul_impl(const torch::Tensor& x, const torch::Tensor& packed,
                       const torch::Tensor& scale_min, torch::Tensor& out) {
   const int64_t rows = x.size(0), k = x.size(1), groups = k / GROUP, tiles = packed.size(0);
-  const int64_t n = tiles * TILE;
   native::QuantizedRows q(x.data_ptr<T>(), rows, k, GROUP);
   const native::Activations a = q.view();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const float* sp = scale_min.data_ptr<float>();
-  T* op = out.data_ptr<T>();
-  for (int64_t chunk = 0; chunk < rows; chunk += ROW_CHUNK) {
-    const int64_t chunk_end = std::min(rows, chunk + ROW_CHUNK);
-    at::parallel_for(0, tiles, 4, [&](int64_t begin, int64_t end) {
-      float tile_out[ROW_BLOCK * TILE];
-      for (int64_t t = begin; t < end; ++t) {
-        for (int64_t r = chunk; r < chunk_end; r += ROW_BLOCK) {
-          const int nr = static_cast<int>(std::min<int64_t>(ROW_BLOCK, chunk_end - r));
-          TILE_ROWS[nr](wp + t * (k / 8) * 64, sp + t * groups * 2 * TILE, a, r, k, tile_out);
-          for (int i = 0; i < nr; ++i) {
-            native::store_floats(op + (r + i) * n + t * TILE, _mm512_loadu_ps(tile_out + i * TILE));
-          }
-        }
-      }
-    });
-  }
+  native::for_each_tile_block(rows, tiles, 4, out.data_ptr<T>(), [&](int64_t t, int64_t r, int nr, float* tile_out) {
+    TILE_ROWS[nr](wp + t * (k / 8) * 64, sp + t * groups * 2 * TILE, a, r, k, tile_out);
+  });
 }
 }  // namespace
 

@@ -23,8 +23,7 @@ namespace {
 constexpr int64_t TILE = 16;
 constexpr int64_t GROUP = 128;
 constexpr int64_t VECTORS = GROUP / 4;  // 64-byte weight vectors per tile and group
-constexpr int ROW_BLOCK = 8;
-constexpr int64_t ROW_CHUNK = 64;
+constexpr int ROW_BLOCK = native::ROW_BLOCK;  // rows multiplied per load of a weight vector
 
 template <int NR>
 void tile_rows(const int8_t* w, const int32_t* wsum, const float* wscale,
@@ -65,29 +64,14 @@ template <typename T>
 void int8_matmul_impl(const torch::Tensor& x, const torch::Tensor& packed,
                       const torch::Tensor& wsum, const torch::Tensor& wscale, torch::Tensor& out) {
   const int64_t rows = x.size(0), k = x.size(1), groups = k / GROUP, tiles = packed.size(0);
-  const int64_t n = tiles * TILE;
   native::QuantizedRows q(x.data_ptr<T>(), rows, k, GROUP);
   const native::Activations a = q.view();
   const int8_t* wp = packed.data_ptr<int8_t>();
   const int32_t* sp = wsum.data_ptr<int32_t>();
   const float* cp = wscale.data_ptr<float>();
-  T* op = out.data_ptr<T>();
-  for (int64_t chunk = 0; chunk < rows; chunk += ROW_CHUNK) {
-    const int64_t chunk_end = std::min(rows, chunk + ROW_CHUNK);
-    at::parallel_for(0, tiles, 16, [&](int64_t begin, int64_t end) {
-      float tile_out[ROW_BLOCK * TILE];
-      for (int64_t t = begin; t < end; ++t) {
-        for (int64_t r = chunk; r < chunk_end; r += ROW_BLOCK) {
-          const int nr = static_cast<int>(std::min<int64_t>(ROW_BLOCK, chunk_end - r));
-          TILE_ROWS[nr](wp + t * k * TILE, sp + t * groups * TILE, cp + t * TILE, a, r, k,
-                        tile_out);
-          for (int i = 0; i < nr; ++i) {
-            native::store_floats(op + (r + i) * n + t * TILE, _mm512_loadu_ps(tile_out + i * TILE));
-          }
-        }
-      }
-    });
-  }
+  native::for_each_tile_block(rows, tiles, 16, out.data_ptr<T>(), [&](int64_t t, int64_t r, int nr, float* tile_out) {
+    TILE_ROWS[nr](wp + t * k * TILE, sp + t * groups * TILE, cp + t * TILE, a, r, k, tile_out);
+  });
 }
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace native {
@@ -90,5 +91,33 @@ class QuantizedRows {
 
   torch::Tensor q_, shifted_, scales_, sums_;
 };
+
+// The loop both weight kernels share: rows in chunks of ROW_CHUNK (their activations stay in
+// cache), tiles of 16 outputs spread over the threads, each tile times blocks of up to
+// ROW_BLOCK rows. multiply(tile, row, rows, tile_out) fills tile_out [rows, 16] in float32;
+// the results go to out [R, tiles * 16] as T.
+constexpr int ROW_BLOCK = 8;
+constexpr int64_t ROW_CHUNK = 64;
+
+template <typename T, typename Multiply>
+void for_each_tile_block(int64_t rows, int64_t tiles, int64_t grain, T* out,
+                         const Multiply& multiply) {
+  const int64_t n = tiles * 16;
+  for (int64_t chunk = 0; chunk < rows; chunk += ROW_CHUNK) {
+    const int64_t chunk_end = std::min(rows, chunk + ROW_CHUNK);
+    at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
+      float tile_out[ROW_BLOCK * 16];
+      for (int64_t t = begin; t < end; ++t) {
+        for (int64_t r = chunk; r < chunk_end; r += ROW_BLOCK) {
+          const int nr = static_cast<int>(std::min<int64_t>(ROW_BLOCK, chunk_end - r));
+          multiply(t, r, nr, tile_out);
+          for (int i = 0; i < nr; ++i) {
+            store_floats(out + (r + i) * n + t * 16, _mm512_loadu_ps(tile_out + i * 16));
+          }
+        }
+      }
+    });
+  }
+}
 
 }  // namespace native
