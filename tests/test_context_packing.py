@@ -151,8 +151,18 @@ def test_the_current_file_keeps_its_first_tokens_before_other_files_get_any(proj
 
     index, root = project
     share = Packing(cross_share=0.35, similar=4)
-    small = long_ctx(index, root, budget=MIN_OWN_TOKENS, packing=share)
-    assert cross_tokens(small) == 0
-    assert all(s.path == "pkg/app.py" for s in small.snippets)
-    larger = long_ctx(index, root, budget=MIN_OWN_TOKENS + 100, packing=share)
-    assert 0 < cross_tokens(larger) <= 100
+    longer = LONG_APP.replace(FILLER, FILLER * 3)  # ~800 tokens: more than the floor
+    line = longer.split("\n").index("        total += frobnicate(w.size)") + 1
+
+    def pack(budget: int):
+        return ctx(index, root, text=longer, line=line, column=4, budget=budget, packing=share)
+
+    assert cross_tokens(pack(MIN_OWN_TOKENS)) == 0
+    assert all(s.path == "pkg/app.py" for s in pack(MIN_OWN_TOKENS).snippets)
+    assert 0 < cross_tokens(pack(MIN_OWN_TOKENS + 100)) <= 100
+    # A file shorter than the floor keeps all of itself and leaves the rest to other files.
+    own = char_count("# file: pkg/app.py\n" + LONG_APP)
+    assert own < MIN_OWN_TOKENS
+    short = long_ctx(index, root, budget=MIN_OWN_TOKENS, packing=share)
+    assert 0 < cross_tokens(short) <= MIN_OWN_TOKENS - own
+    assert short.prompt_tokens <= MIN_OWN_TOKENS

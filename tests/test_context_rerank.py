@@ -105,7 +105,7 @@ def test_the_model_scores_chunks_only_where_the_policy_allows(tiny_model_dir, tm
         column=CURSOR[1],
         path=str(root / "pkg" / "app.py"),
         language_id="python",
-        budget_tokens=300,
+        budget_tokens=600,  # past the current file's own floor (pack.MIN_OWN_TOKENS)
         index=index,
     )
     # Defaults: one pass per chunk is refused on CPU.

@@ -190,19 +190,21 @@ def test_a_git_checkout_of_5000_files_under_the_watcher(tiny_model_dir, memory_t
         session.wait_until(lambda: session.index_files().get(root) == 5200, timeout=120)
         text = "from pkg7.mod7 import new_function_7\nfrom pkg8.mod8 import old_function_8\n\n"
 
-        def symbols(call: str) -> set[str]:
+        def prompt(call: str) -> str:
+            """The prompt at the end of `call`: the definitions it shows come from the index, as
+            their own chunks or inside windows of similar code."""
             uri = session.open(repo / "use.py", text + call)
-            found = {s["symbol"] for s in session.context(uri, 3, len(call))["snippets"]}
+            shown = session.context(uri, 3, len(call))["prompt"]
             session.close(uri)
-            return found
+            return shown
 
         session.wait_until(
-            lambda: "new_function_7" in symbols("new_function_7("), what="the new definitions"
+            lambda: "def new_function_7(" in prompt("new_function_7("), what="the new definitions"
         )
         session.wait_until(
-            lambda: "old_function_8" not in symbols("old_function_8("), what="old ones gone"
+            lambda: "def old_function_8(" not in prompt("old_function_8("), what="old ones gone"
         )
-        assert "extra_699" in symbols("extra_699(")
+        assert "def extra_699(" in prompt("extra_699(")
     finally:
         session.stop()
 

@@ -316,10 +316,10 @@ def _shared(
     packing: Packing,
 ) -> None:
     """Packing.cross_share: other files' snippets in at most that share of the budget, and
-    never in the current file's first MIN_OWN_TOKENS, then the current file in what they left,
-    packed as without an index (_plain)."""
+    never in the current file's first MIN_OWN_TOKENS (_own_floor), then the current file in what
+    they left, packed as without an index (_plain)."""
     assert packing.cross_share is not None
-    room = min(int(budget * packing.cross_share), budget - MIN_OWN_TOKENS)
+    room = min(int(budget * packing.cross_share), budget - _own_floor(layout, counter))
     if room > 0:
         candidates = [c for c in ranker.rank() if c.path != layout.current]
         if packing.foreign_only:
@@ -332,6 +332,15 @@ def _shared(
             candidates = similar if packing.similar_only else similar + candidates
         layout.cross, _ = selector.select(candidates, room, (0, -1))
     _plain(layout, budget - counter(layout.cross_text()), counter, max_suffix)
+
+
+def _own_floor(layout: _Layout, counter: TokenCounter) -> int:
+    """MIN_OWN_TOKENS, or the whole current file when it is shorter: a short file leaves the rest
+    of the budget to other files."""
+    if sum(len(line) + 1 for line in layout.lines) > MIN_OWN_TOKENS * 16:
+        return MIN_OWN_TOKENS  # no tokenizer packs 16 characters of code into a token
+    own = counter.piece(layout.marker) + sum(counter.piece(line + "\n") for line in layout.lines)
+    return min(MIN_OWN_TOKENS, own)
 
 
 def _ranked(
