@@ -2,11 +2,11 @@
 weights, so fewer bytes per weight is fewer milliseconds per token.
 
 - int8: one scale per output channel (symmetric, amax / 127).
-- int4: asymmetric groups of INT4_GROUP input channels (a scale and a zero per group), two per
-  byte; the LM head stays int8.
+- int4: asymmetric groups of input channels (a scale and a zero per group; INT4_GROUP for torch's
+  kernels, vnni_layout.INT4_GROUP for the native ones), two per byte; the LM head stays int8.
 
 Two layouts. "vnni", where the project's own kernels run (engine/native.py; AVX-512 VNNI):
-weights in tiles (engine/vnni_layout.py), activations quantized to int8 per group of 128 inside
+weights in tiles (engine/vnni_layout.py), activations quantized to int8 per group of 32 inside
 the product, whose cost barely grows from 1 to 8 rows and which beats a dense product at
 prefill sizes too. Elsewhere "aten": torch's `_weight_int8pack_mm` / `_weight_int4pack_mm_for_cpu`
 with bfloat16 activations. Those are made for decoding: their cost grows with every row
@@ -97,7 +97,7 @@ class QuantizedWeight:
         if self.layout == "vnni":
             values = vnni_layout.unpack_int4(self.data).float()
             scales, minimums = vnni_layout.unpack_group_pairs(self.scales)  # [out, groups]
-            groups = values.reshape(self.out_features, -1, INT4_GROUP)
+            groups = values.reshape(self.out_features, scales.shape[1], -1)
             weight = groups * scales[..., None] + minimums[..., None]
             return weight.reshape(self.out_features, self.in_features)
         unpacked = _unpack_int4(self.data, self.out_features, self.in_features)
@@ -154,11 +154,12 @@ def quantize_weight(
     out_features, in_features = weight.shape
     native_dtype = dtype in (torch.bfloat16, torch.float32)  # what the native kernels take
     layout = layout or (layout_for(out_features, in_features) if native_dtype else "aten")
+    group = vnni_layout.INT4_GROUP if layout == "vnni" else INT4_GROUP
     int8 = torch.empty(out_features, in_features, dtype=torch.int8)
     int8_scales = torch.empty(out_features)
     if kind == "int4":
         int4 = torch.empty(out_features, in_features, dtype=torch.int32)
-        groups_scales = torch.empty(out_features, in_features // INT4_GROUP)
+        groups_scales = torch.empty(out_features, in_features // group)
         groups_zeros = torch.empty_like(groups_scales)
     for start in range(0, out_features, CHUNK_ROWS):
         rows = slice(start, start + CHUNK_ROWS)
@@ -166,7 +167,7 @@ def quantize_weight(
         int8_scales[rows] = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
         int8[rows] = (w / int8_scales[rows, None]).round().clamp(-128, 127)
         if kind == "int4":
-            groups = w.reshape(w.shape[0], -1, INT4_GROUP)  # [chunk, in / group, group]
+            groups = w.reshape(w.shape[0], -1, group)  # [chunk, in / group, group]
             low, high = groups.amin(dim=-1), groups.amax(dim=-1)
             scales = ((high - low) / 15).clamp(min=1e-12)
             groups_scales[rows] = scales

@@ -30,7 +30,7 @@ from .quantize import (
 
 log = logging.getLogger(__name__)
 
-FORMAT = 3  # bump when the stored layout changes (2: the int8 embedding table; 3: vnni layouts)
+FORMAT = 6  # bump when the stored layout changes (3: vnni; 4: sums by 32; 6: int4 groups of 32)
 _ROTARY_TYPES = ("RotaryEmbedding",)  # modules whose non-persistent tables are recomputed
 
 

@@ -21,8 +21,8 @@
 
 namespace {
 constexpr int64_t TILE = 16;
-constexpr int64_t GROUP = 128;
-constexpr int64_t VECTORS = GROUP / 4;  // 64-byte weight vectors per tile and group
+constexpr int64_t GROUP = native::ACT_GROUP;  // inputs per activation scale and weight sum
+constexpr int64_t VECTORS = GROUP / 4;        // 64-byte weight vectors per tile and group
 constexpr int ROW_BLOCK = native::ROW_BLOCK;  // rows multiplied per load of a weight vector
 
 template <int NR>
@@ -75,15 +75,15 @@ void int8_matmul_impl(const torch::Tensor& x, const torch::Tensor& packed,
 }
 }  // namespace
 
-// x [R, K] float32 or bfloat16; packed int8 [N / 16, K / 4, 64]; wsum int32 [N / 16, K / 128,
+// x [R, K] float32 or bfloat16; packed int8 [N / 16, K / 4, 64]; wsum int32 [N / 16, K / 32,
 // 16]; wscale float32 [N] -> [R, N] in x's dtype.
 torch::Tensor int8_matmul(torch::Tensor x, torch::Tensor packed, torch::Tensor wsum,
                           torch::Tensor wscale) {
-  TORCH_CHECK(x.dim() == 2 && x.size(1) % GROUP == 0, "x must be [rows, k] with k % 128 == 0");
+  TORCH_CHECK(x.dim() == 2 && x.size(1) % 128 == 0, "x must be [rows, k] with k % 128 == 0");
   TORCH_CHECK(packed.scalar_type() == torch::kInt8 && packed.dim() == 3 && packed.size(2) == 64 &&
                   packed.size(1) * 4 == x.size(1),
               "packed weight does not match x");
-  TORCH_CHECK(wsum.scalar_type() == torch::kInt32 && wsum.numel() == packed.size(0) * x.size(1) / 8,
+  TORCH_CHECK(wsum.scalar_type() == torch::kInt32 && wsum.numel() == packed.size(0) * x.size(1) / GROUP * TILE,
               "weight sums do not match the weight");
   TORCH_CHECK(wscale.scalar_type() == torch::kFloat32 && wscale.numel() == packed.size(0) * TILE,
               "scales do not match the weight");
