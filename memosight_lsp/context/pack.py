@@ -47,7 +47,9 @@ MIN_PREFIX_SHARE = 1 / 4
 HEAD_SHARE = 1 / 8
 # With Packing.cross_share, the current file keeps this much before other files get any: in a
 # 35% share, other files' code cost Qwen2.5-Coder-0.5B exact match on random lines at 256 and 512
-# tokens (-6 and -5 points, docs/context.md); from ~800 tokens on the share is what it says.
+# tokens (-6 and -5 points, docs/context.md); from ~800 tokens on the share is what it says. A
+# file shorter than this leaves the rest unused: giving it to other files lost a call line in 100
+# at 512 tokens (docs/context.md).
 MIN_OWN_TOKENS = 512
 
 
@@ -316,10 +318,10 @@ def _shared(
     packing: Packing,
 ) -> None:
     """Packing.cross_share: other files' snippets in at most that share of the budget, and
-    never in the current file's first MIN_OWN_TOKENS (_own_floor), then the current file in what
-    they left, packed as without an index (_plain)."""
+    never in the current file's first MIN_OWN_TOKENS, then the current file in what they left,
+    packed as without an index (_plain)."""
     assert packing.cross_share is not None
-    room = min(int(budget * packing.cross_share), budget - _own_floor(layout, counter))
+    room = min(int(budget * packing.cross_share), budget - MIN_OWN_TOKENS)
     if room > 0:
         candidates = [c for c in ranker.rank() if c.path != layout.current]
         if packing.foreign_only:
@@ -332,15 +334,6 @@ def _shared(
             candidates = similar if packing.similar_only else similar + candidates
         layout.cross, _ = selector.select(candidates, room, (0, -1))
     _plain(layout, budget - counter(layout.cross_text()), counter, max_suffix)
-
-
-def _own_floor(layout: _Layout, counter: TokenCounter) -> int:
-    """MIN_OWN_TOKENS, or the whole current file when it is shorter: a short file leaves the rest
-    of the budget to other files."""
-    if sum(len(line) + 1 for line in layout.lines) > MIN_OWN_TOKENS * 16:
-        return MIN_OWN_TOKENS  # no tokenizer packs 16 characters of code into a token
-    own = counter.piece(layout.marker) + sum(counter.piece(line + "\n") for line in layout.lines)
-    return min(MIN_OWN_TOKENS, own)
 
 
 def _ranked(
