@@ -2,8 +2,9 @@
 
 - native/int4_vnni.cpp: torch's int4 product dequantizes the weights again for every few rows,
   so a verification pass over 8 rows costs ~4x a one-row step; this one reads each weight vector
-  once and multiplies it into up to 8 rows with AVX-512 VNNI, activations quantized to int8 per
-  group of 128 (llama.cpp's q8 activations).
+  once and multiplies it into up to 8 rows with AVX-512 VNNI, weights in groups of 32 with a
+  scale and a minimum each, activations quantized to int8 per 32 inputs (llama.cpp's q4_1 and
+  q8_0 blocks).
 - native/int8_vnni.cpp: the same for int8 weights (the LM head): torch's int8 product of 8 rows
   costs 2.5x one row, this one about the same.
 - native/attention.cpp: a few query rows over a KV cache, each row over exactly the keys it sees
