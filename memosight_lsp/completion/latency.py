@@ -8,10 +8,10 @@ MIN_PROMPT_TOKENS, at most the context budget less HEADROOM (room to type into b
 head is packed again; stable_prompt.py lets a prompt grow to the whole budget). A slow model gets
 a smaller, better-ranked prompt; a fast one the whole budget. Measured on a 2-core CPU under
 load: Qwen2.5-Coder-0.5B in bfloat16 prefilled ~500 tokens/s with torch's kernels (a 450-token
-cold prompt at F = 300 ms), int4 with the native kernels ~1,000 (the whole budget less its
-headroom), the embedded model ~20,000. What a smaller prompt costs in exact match is measured in
-docs/context.md (the file alone: 9 / 13 / 11 / 16% of random lines at 256 / 512 / 1,024 / 2,048
-tokens on Qwen2.5-Coder-0.5B).
+cold prompt at F = 300 ms), int4 with the native kernels 750-1,000 (675 tokens to the whole
+budget less its headroom), the embedded model ~20,000. What a smaller prompt costs in exact
+match is measured in docs/context.md (the file alone: 9 / 13 / 11 / 16% of random lines at
+256 / 512 / 1,024 / 2,048 tokens on Qwen2.5-Coder-0.5B).
 
 In prefix-suffix-middle order everything after the cursor is prefilled again at every keystroke,
 so the suffix gets at most `rate x SUFFIX_SHARE x F` tokens there; suffix-first order keeps it
