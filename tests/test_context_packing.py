@@ -157,8 +157,9 @@ def test_the_current_file_keeps_its_first_tokens_before_other_files_get_any(proj
     def pack(budget: int):
         return ctx(index, root, text=longer, line=line, column=4, budget=budget, packing=share)
 
-    assert cross_tokens(pack(MIN_OWN_TOKENS)) == 0
-    assert all(s.path == "pkg/app.py" for s in pack(MIN_OWN_TOKENS).snippets)
+    at_floor = pack(MIN_OWN_TOKENS)
+    assert cross_tokens(at_floor) == 0
+    assert all(s.path == "pkg/app.py" for s in at_floor.snippets)
     assert 0 < cross_tokens(pack(MIN_OWN_TOKENS + 100)) <= 100
     # A file shorter than the floor leaves the rest of the budget unused.
     assert char_count("# file: pkg/app.py\n" + LONG_APP) < MIN_OWN_TOKENS

@@ -3,7 +3,7 @@ weights, so fewer bytes per weight is fewer milliseconds per token.
 
 - int8: one scale per output channel (symmetric, amax / 127).
 - int4: asymmetric groups of input channels (a scale and a zero per group; INT4_GROUP for torch's
-  kernels, vnni_layout.INT4_GROUP for the native ones), two per byte; the LM head stays int8.
+  kernels, vnni_layout.ACT_GROUP for the native ones), two per byte; the LM head stays int8.
 
 Two layouts. "vnni", where the project's own kernels run (engine/native.py; AVX-512 VNNI):
 weights in tiles (engine/vnni_layout.py), activations quantized to int8 per group of 32 inside
@@ -154,7 +154,7 @@ def quantize_weight(
     out_features, in_features = weight.shape
     native_dtype = dtype in (torch.bfloat16, torch.float32)  # what the native kernels take
     layout = layout or (layout_for(out_features, in_features) if native_dtype else "aten")
-    group = vnni_layout.INT4_GROUP if layout == "vnni" else INT4_GROUP
+    group = vnni_layout.ACT_GROUP if layout == "vnni" else INT4_GROUP
     int8 = torch.empty(out_features, in_features, dtype=torch.int8)
     int8_scales = torch.empty(out_features)
     if kind == "int4":

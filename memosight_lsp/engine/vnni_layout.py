@@ -13,8 +13,9 @@ import torch
 
 TILE = 16  # output channels per tile
 GROUP = 128  # shapes come in whole groups of this many input channels
-INT4_GROUP = 32  # input channels per int4 scale and minimum (llama.cpp's q4_0 / q4_1 size)
-SUM_GROUP = 32  # input channels per int8 weight sum: one activation scale's (native/simd.h)
+# Input channels per activation scale in the kernels (native/simd.h ACT_GROUP), and so per int4
+# scale and minimum and per int8 weight sum.
+ACT_GROUP = 32
 
 
 def fits(out_features: int, in_features: int) -> bool:
@@ -83,6 +84,6 @@ def int8_group_sums(values: torch.Tensor) -> torch.Tensor:
     """Sums of each output's int8 values per group: int32 [out / 16, in / 32, 16] (the kernel
     takes 128 x this off, for activations shifted to unsigned bytes)."""
     out_features, in_features = values.shape
-    groups = values.to(torch.int32).reshape(out_features, in_features // SUM_GROUP, SUM_GROUP)
+    groups = values.to(torch.int32).reshape(out_features, in_features // ACT_GROUP, ACT_GROUP)
     sums = groups.sum(-1, dtype=torch.int32)
     return sums.reshape(out_features // TILE, TILE, -1).permute(0, 2, 1).contiguous()

@@ -5,8 +5,8 @@
 // channel and group, packed in tiles of TILE output channels. Within a tile each 64-byte vector
 // holds 8 input channels for the 16 outputs: byte 4 * o + j carries input 8p + j in its low
 // nibble and input 8p + 4 + j in its high one, the layout VPDPBUSD multiplies lane by lane.
-// Activations: each row is quantized to int8 per ACT_GROUP inputs (scale = amax / 127) on the
-// way in. Per activation group:  sum_k w_k x_k ~= xs * (scale * sum_k q_k xq_k + min * sum_k xq_k).
+// Activations: each row is quantized to int8 per the same groups (scale = amax / 127) on the way
+// in. Per group:  sum_k w_k x_k ~= xs * (scale * sum_k q_k xq_k + min * sum_k xq_k).
 //
 // Every output element is computed by the same instructions in the same order whatever the
 // number of rows in the call or the thread count, so a pass over k rows gives each row exactly
@@ -22,11 +22,8 @@
 
 namespace {
 constexpr int64_t TILE = 16;
-constexpr int64_t GROUP = 32;                    // inputs per weight scale and minimum
-constexpr int64_t ACT_GROUP = native::ACT_GROUP;  // inputs per activation scale
-static_assert(GROUP % ACT_GROUP == 0, "an activation group lies within one weight group");
-constexpr int64_t SUBS = GROUP / ACT_GROUP;  // activation groups per weight group
-constexpr int64_t VECTORS = ACT_GROUP / 8;   // 64-byte weight vectors per activation group
+constexpr int64_t GROUP = native::ACT_GROUP;  // inputs per weight scale, minimum, activation scale
+constexpr int64_t VECTORS = GROUP / 8;        // 64-byte weight vectors per tile and group
 constexpr int ROW_BLOCK = native::ROW_BLOCK;  // rows multiplied per load of a weight vector
 
 // NR rows (starting at `row`) times one tile: 16 outputs of each row, in float32.
@@ -37,35 +34,31 @@ void tile_rows(const uint8_t* w, const float* scale_min, const native::Activatio
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 result[NR];
   for (int r = 0; r < NR; ++r) result[r] = _mm512_setzero_ps();
-  const int64_t act_groups = k / ACT_GROUP;
   for (int64_t g = 0; g < groups; ++g) {
+    __m512i acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_si512();
+    const uint8_t* wg = w + g * VECTORS * 64;
+    const int8_t* xg = a.q + row * k + g * GROUP;
+    for (int64_t p = 0; p < VECTORS; ++p) {
+      const __m512i v = _mm512_loadu_si512(wg + p * 64);
+      const __m512i lo = _mm512_and_si512(v, low4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      for (int r = 0; r < NR; ++r) {
+        const int8_t* x = xg + r * k + p * 8;
+        int32_t x_lo, x_hi;
+        __builtin_memcpy(&x_lo, x, 4);
+        __builtin_memcpy(&x_hi, x + 4, 4);
+        acc[r] = _mm512_dpbusd_epi32(acc[r], lo, _mm512_set1_epi32(x_lo));
+        acc[r] = _mm512_dpbusd_epi32(acc[r], hi, _mm512_set1_epi32(x_hi));
+      }
+    }
     const __m512 scale = _mm512_loadu_ps(scale_min + g * 2 * TILE);
     const __m512 min = _mm512_loadu_ps(scale_min + g * 2 * TILE + TILE);
-    for (int64_t sub = 0; sub < SUBS; ++sub) {
-      const int64_t ag = g * SUBS + sub;  // the activation group
-      __m512i acc[NR];
-      for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_si512();
-      const uint8_t* wg = w + ag * VECTORS * 64;
-      const int8_t* xg = a.q + row * k + ag * ACT_GROUP;
-      for (int64_t p = 0; p < VECTORS; ++p) {
-        const __m512i v = _mm512_loadu_si512(wg + p * 64);
-        const __m512i lo = _mm512_and_si512(v, low4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        for (int r = 0; r < NR; ++r) {
-          const int8_t* x = xg + r * k + p * 8;
-          int32_t x_lo, x_hi;
-          __builtin_memcpy(&x_lo, x, 4);
-          __builtin_memcpy(&x_hi, x + 4, 4);
-          acc[r] = _mm512_dpbusd_epi32(acc[r], lo, _mm512_set1_epi32(x_lo));
-          acc[r] = _mm512_dpbusd_epi32(acc[r], hi, _mm512_set1_epi32(x_hi));
-        }
-      }
-      for (int r = 0; r < NR; ++r) {
-        const int64_t at = (row + r) * act_groups + ag;
-        __m512 t = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(acc[r]));
-        t = _mm512_fmadd_ps(min, _mm512_set1_ps(a.sums[at]), t);
-        result[r] = _mm512_fmadd_ps(_mm512_set1_ps(a.scales[at]), t, result[r]);
-      }
+    for (int r = 0; r < NR; ++r) {
+      const int64_t at = (row + r) * groups + g;
+      __m512 t = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(acc[r]));
+      t = _mm512_fmadd_ps(min, _mm512_set1_ps(a.sums[at]), t);
+      result[r] = _mm512_fmadd_ps(_mm512_set1_ps(a.scales[at]), t, result[r]);
     }
   }
   for (int r = 0; r < NR; ++r) _mm512_storeu_ps(out + r * TILE, result[r]);
@@ -81,7 +74,7 @@ template <typename T>
 void int4_matmul_impl(const torch::Tensor& x, const torch::Tensor& packed,
                       const torch::Tensor& scale_min, torch::Tensor& out) {
   const int64_t rows = x.size(0), k = x.size(1), groups = k / GROUP, tiles = packed.size(0);
-  native::QuantizedRows q(x.data_ptr<T>(), rows, k, ACT_GROUP);
+  native::QuantizedRows q(x.data_ptr<T>(), rows, k, GROUP);
   const native::Activations a = q.view();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const float* sp = scale_min.data_ptr<float>();

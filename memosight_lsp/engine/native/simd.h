@@ -97,8 +97,8 @@ class QuantizedRows {
 // ROW_BLOCK rows. multiply(tile, row, rows, tile_out) fills tile_out [rows, 16] in float32;
 // the results go to out [R, tiles * 16] as T.
 constexpr int ROW_BLOCK = 8;
-// Inputs per activation scale: 32, as llama.cpp's q8_0 and the int4 weight groups (one weight
-// group's sums and scales per activation group; docs/speculative.md measures the groups' quality).
+// Inputs per activation scale, per int8 weight sum and per int4 weight scale and minimum: 32, as
+// llama.cpp's q8_0 / q4_1 blocks (docs/speculative.md measures what 128 cost in quality).
 constexpr int64_t ACT_GROUP = 32;
 constexpr int64_t ROW_CHUNK = 64;
 
