@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tiny_models import save_tiny_model
+
+from memosight_lsp.engine import native
+
+# Tests measure the native kernels where they run: built in the foreground by the first test
+# that needs them, once per machine (a user's are built in the background: engine/native.py),
+# in the real kernel folder even when a test points XDG_CACHE_HOME elsewhere. Servers and
+# commands the tests start inherit both.
+os.environ.setdefault(native.ENV_SWITCH, "wait")
+os.environ.setdefault(native.DIR_SWITCH, str(native.cache_root()))
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,17 @@
-"""The native int4 kernel (engine/native.py): built on machines that can run it, and exact where
-lossless speculative decoding needs it to be (each row's bits do not depend on the others)."""
+"""The native kernels (engine/native.py): built on machines that can run them, in the
+background under an OS lock that dies with its holder, one build folder per install; and exact
+where lossless speculative decoding needs them to be (each row's bits do not depend on the
+others)."""
 
 from __future__ import annotations
 
-import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -223,55 +231,163 @@ def test_a_tokens_keys_do_not_depend_on_how_it_entered_the_cache(kind):
         assert torch.equal(cold.layers[layer].values, stepped.layers[layer].values)
 
 
-def fresh_build_cache(monkeypatch) -> None:
-    """This test's own memo of the build, so the process's real one survives it."""
-    monkeypatch.setattr(native, "_build", functools.cache(native._build.__wrapped__))
+# -- the build: in the background, under an OS lock, one folder per install -----------------
 
 
-def test_the_build_that_takes_a_minute_is_announced_once(monkeypatch, tmp_path):
-    messages: list[str] = []
-    monkeypatch.setattr(native, "_target", lambda: ("memosight_native_test", tmp_path))
-    monkeypatch.setattr(native, "kernels", lambda: "the module")
-    fresh_build_cache(monkeypatch)
-    assert native.ensure_built(messages.append) == "the module"
-    assert len(messages) == 1 and "once for this machine" in messages[0]
-    (tmp_path / "memosight_native_test.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
-    messages.clear()
-    native.ensure_built(messages.append)  # built already: nothing to announce
-    assert messages == []
+def fresh_state(monkeypatch, tmp_path, mode: str = "1") -> None:
+    """This test's own view of the kernels and a private cache, so the process's real ones
+    survive it; `mode`: ENV_SWITCH (1: build in the background, wait: in the foreground)."""
+    monkeypatch.setattr(native, "_STATE", native._Kernels())
+    monkeypatch.setenv(native.DIR_SWITCH, str(tmp_path / "kernels"))
+    monkeypatch.setenv(native.ENV_SWITCH, mode)
+
+
+def wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} after {seconds} s"
+        time.sleep(0.1)
+
+
+def python(code: str, env: dict[str, str], **options) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        text=True,
+        **options,
+    )
 
 
 def test_a_failed_build_falls_back_to_torchs_kernels(monkeypatch, tmp_path):
     """No working C++ compiler: one log line, torch's kernels, nothing raised."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fresh_state(monkeypatch, tmp_path, mode="wait")
     monkeypatch.setenv("CXX", "/bin/false")
-    fresh_build_cache(monkeypatch)
     assert native.kernels() is None
     assert native.describe().startswith("torch's (building them failed")
     assert native_layout() == "aten"
 
 
-def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_one(monkeypatch, tmp_path):
-    import os
-    import threading
-    import time
+def test_a_load_starts_the_build_in_the_background_and_says_so_once(monkeypatch, tmp_path):
+    fresh_state(monkeypatch, tmp_path)
+    monkeypatch.setenv("CXX", "/bin/false")  # the build fails, in a few seconds
+    messages: list[str] = []
+    started = time.monotonic()
+    assert native.refresh(messages.append) is None  # torch's kernels run meanwhile
+    assert time.monotonic() - started < 5
+    assert messages == ["building the native CPU kernels in the background, once for this machine"]
+    assert "being built in the background" in native.describe()
+    builder = native._STATE.builder
+    assert builder is not None
+    builder.wait(120)
+    assert builder.returncode == 1
+    native.refresh(messages.append)  # failed a moment ago: not tried again before the hour
+    assert len(messages) == 1 and native._STATE.builder is builder
+    assert native.describe().startswith("torch's (building them failed")
 
-    monkeypatch.setattr(native, "_target", lambda: ("memosight_native_test", tmp_path))
-    monkeypatch.setenv("CXX", "/bin/false")  # the build itself may fail: it must not wait
-    lock = tmp_path / "lock"
-    lock.write_text("")
-    hour_ago = time.time() - 3600
-    os.utime(lock, (hour_ago, hour_ago))
-    outcome: list[BaseException | object] = []
 
-    def build() -> None:
-        try:
-            outcome.append(native._compile())
-        except BaseException as err:  # the failed build is expected here
-            outcome.append(err)
+def test_a_loader_that_finds_the_build_lock_held_falls_back_at_once(monkeypatch, tmp_path):
+    fresh_state(monkeypatch, tmp_path)
+    folder = native.target().folder
+    folder.mkdir(parents=True)
+    holder = python(
+        "import fcntl, sys, time\n"
+        f"handle = open({str(folder / native.BUILD_LOCK)!r}, 'a')\n"
+        "fcntl.flock(handle, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(120)\n",
+        {},
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        started = time.monotonic()
+        assert native.refresh() is None
+        assert time.monotonic() - started < 2
+        assert native._STATE.builder is None  # no second build beside the first
+        assert "being built by another process" in native.describe()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not native._lock_held(folder)  # the lock died with its holder
 
-    worker = threading.Thread(target=build, daemon=True)
-    worker.start()
-    worker.join(60)
-    assert not worker.is_alive(), "waited on the stale lock"
-    assert outcome and not lock.exists()
+
+SLOW_COMPILER = '#!/bin/sh\nsleep 600\nexec c++ "$@"\n'
+
+
+def test_a_build_killed_midway_does_not_block_the_next_process(monkeypatch, tmp_path):
+    """SIGKILL the build child while it holds the lock inside torch's build (torch's own lock
+    file written): the next process loads at once and its build is not held up by what the
+    killed one left."""
+    fresh_state(monkeypatch, tmp_path)
+    slow = tmp_path / "slow-c++"
+    slow.write_text(SLOW_COMPILER)
+    slow.chmod(0o755)
+    monkeypatch.setenv("CXX", str(slow))
+    folder = native.target().folder
+    assert native.refresh() is None
+    builder = native._STATE.builder
+    assert builder is not None
+    try:
+        wait_for(lambda: (folder / native.TORCH_BATON).exists(), 60, "torch lock file")
+        assert native._lock_held(folder)
+    finally:
+        os.killpg(builder.pid, signal.SIGKILL)  # the child, its compiler and its sleep
+        builder.wait()
+    assert (folder / native.TORCH_BATON).exists()  # left behind, as by a killed server
+    assert not native._lock_held(folder)
+    # The next process: a working (here: failing at once) compiler, in the background.
+    nxt = python(
+        "import time\n"
+        "from memosight_lsp.engine import native\n"
+        "started = time.monotonic()\n"
+        "module = native.refresh()\n"
+        "print(module is None, round(time.monotonic() - started, 2), native.describe())\n",
+        {native.DIR_SWITCH: str(tmp_path / "kernels"), "CXX": "/bin/false", native.ENV_SWITCH: "1"},
+    )
+    out, _ = nxt.communicate(timeout=60)
+    fallback, seconds, described = out.split(" ", 2)
+    assert fallback == "True" and float(seconds) < 5, out
+    assert "being built in the background" in described
+    # Its build child got past what the killed one left and finished (failing on /bin/false).
+    wait_for(lambda: (folder / native.FAILED).exists(), 90, "finished build")
+    assert not (folder / native.TORCH_BATON).exists()
+    assert not native._lock_held(folder)
+
+
+def test_two_installs_build_in_different_folders(tmp_path):
+    """An editable install and a test clone: the same sources in two places never share a
+    build folder (nor its build.ninja); one install always finds its own."""
+    engine = Path(native.__file__).parent
+    copies = []
+    for name in ("editable", "clone"):
+        copy = tmp_path / name / "engine"
+        copy.mkdir(parents=True)
+        shutil.copy(engine / "native.py", copy / "native.py")
+        shutil.copytree(native.SOURCE_DIR, copy / "native")
+        copies.append(copy / "native.py")
+    code = "import runpy, sys; print(runpy.run_path(sys.argv[1])['target']().folder)"
+    folders = [
+        subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=tmp_path,
+        ).stdout.strip()
+        for path in [*copies, copies[0]]
+    ]
+    assert folders[0] != folders[1] and folders[0] == folders[2]
+    assert str(native.target().folder) not in folders
+
+
+def test_built_kernels_are_adopted_at_the_next_load_only(monkeypatch):
+    """A process sees kernels another process built when it next loads (refresh), never in the
+    middle of what it runs."""
+    built = native.target()
+    assert native.kernels() is not None  # built (once per machine) or found
+    assert (built.folder / native.READY).is_file()
+    monkeypatch.setattr(native, "_STATE", native._Kernels())
+    native._STATE.checked = True  # as after a load that found no kernels
+    assert native.kernels() is None
+    assert native.refresh() is not None and native.kernels() is not None
+    assert native._STATE.builder is None  # adopted, not built

@@ -18,6 +18,8 @@ BENCHMARKS = {
     "engines": "engines",
     "fuzz": "fuzz",
     "soak": "soak",
+    "packing": "packing",
+    "corpora": "corpora",
 }
 
 

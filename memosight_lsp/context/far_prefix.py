@@ -30,6 +30,11 @@ CLOSENESS_WEIGHT = 0.1
 NEAR_SHARE = 0.5  # of the budget kept verbatim right above the cursor
 MAX_SIMPLE_RUN = 24  # one-line statements (imports, constants) grouped into blocks of this size
 MEMO_BLOCKS = 4096  # blocks whose summary and identifiers are remembered
+# Blocks are counted only while the shortest forms of the more relevant ones stay within this
+# many characters per budget token: a token is a few characters, so the rest could never fit
+# and would only be counted to be dropped (in a file of thousands of lines, that counting was
+# most of the packing's time).
+CHARS_PER_TOKEN_REACH = 16
 
 # Names a line defines: a def or class at any depth (a method used as self.name counts), or an
 # unindented assignment.
@@ -94,10 +99,23 @@ def _summary(
         elif facts.defined & near_words:
             score += DEFINES_USED_NAME
         units.append(Unit(key=f"{start:08d}", levels=facts.levels, score=score))
-    fitted = fit(units, budget, counter.piece, refill=True)
+    fitted = fit(_within_reach(units, budget), budget, counter.piece, refill=True)
     if fitted.tokens > budget:
         return "", 0
     return fitted.text(), fitted.tokens
+
+
+def _within_reach(units: list[Unit], budget: int) -> list[Unit]:
+    """The most relevant units whose shortest non-empty forms could fit (CHARS_PER_TOKEN_REACH),
+    in their order in the file."""
+    room = budget * CHARS_PER_TOKEN_REACH
+    kept: set[int] = set()
+    for i in sorted(range(len(units)), key=lambda i: -units[i].score):
+        shortest = len(units[i].levels[-2])
+        if shortest <= room:
+            room -= shortest
+            kept.add(i)
+    return [unit for i, unit in enumerate(units) if i in kept]
 
 
 @dataclass(frozen=True, slots=True)

@@ -467,56 +467,89 @@ def foreign_candidates(candidates: list[Candidate], ranker: Ranker) -> list[Cand
 
 def _fit(layout: _Layout, budget: int, counter: TokenCounter) -> tuple[str, int]:
     """Trim until the exact count of the assembled prompt fits (piece counts only estimate it).
-    Returns the prefix and the prompt's token count."""
-    while True:
+    Returns the prefix and the prompt's token count.
+
+    Every step of `_trim` removes something for good (a snippet, tokens of the far part, a line,
+    the marker), so the loop ends; the steps it may take are bounded by what there is to remove,
+    and past that bound the prompt is cut to the text nearest the cursor that fits (`_last_cut`),
+    whatever the layout: packing always ends and always fits."""
+    steps = (
+        len(layout.cross)
+        + len(layout.local)
+        + (layout.line - layout.window_start)
+        + (layout.suffix_end - layout.line)
+        + counter(layout.far_text)
+        + 8
+    )
+    for _ in range(steps):
         prefix = layout.prefix()
         total = counter(prefix) + counter(layout.suffix_text)
         over = total - budget
         if over <= 0:
             return prefix, total
-        removable = [p for p in layout.cross + layout.local if p.kind != "enclosing"]
-        if removable:
-            worst = min(removable, key=lambda p: (p.score, p.path, -p.start_line))
-            (layout.cross if worst in layout.cross else layout.local).remove(worst)
-            continue
-        if layout.far_text:
-            room = counter(layout.far_text) - over
-            layout.far_text = summarize_above(
-                layout.lines, layout.window_start, layout.prefix_text, room, counter
-            )
-            continue
-        if layout.window_start < layout.line:
-            drop = max(1, min(layout.line - layout.window_start, over // 8))
-            layout.window_start += drop
-            layout.prefix_text = (
-                join_lines(layout.lines[layout.window_start : layout.line])
-                + layout.lines[layout.line][: layout.column]
-            )
-            continue
-        if layout.local:
-            layout.local.pop(0)
-            continue
-        if layout.suffix_end > layout.line:
-            cut = layout.suffix_text.rstrip("\n").rfind("\n")
-            layout.suffix_text = layout.suffix_text[: cut + 1] if cut >= 0 else ""
-            layout.suffix_end -= 1
-            continue
-        if layout.suffix_text:
-            layout.suffix_text = ""
-            continue
-        if layout.marker:
-            layout.marker = ""
-            continue
-        if layout.cross:
-            layout.cross.clear()
-            continue
-        # Only the cursor line's own text is left: keep its end, nearest the cursor.
-        text = layout.prefix_text
-        lo, hi = 0, len(text)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if counter(text[mid:]) <= budget:
-                hi = mid
-            else:
-                lo = mid + 1
-        layout.prefix_text = text[lo:]
+        if not _trim(layout, over, counter):
+            break
+    return _last_cut(layout, budget, counter)
+
+
+def _trim(layout: _Layout, over: int, counter: TokenCounter) -> bool:
+    """Remove one thing from the layout, the least useful first; False when only the cursor
+    line's own text is left (or nothing)."""
+    removable = [p for p in layout.cross + layout.local if p.kind != "enclosing"]
+    if removable:
+        worst = min(removable, key=lambda p: (p.score, p.path, -p.start_line))
+        (layout.cross if worst in layout.cross else layout.local).remove(worst)
+        return True
+    if layout.far_text:
+        # A shorter summary, or none: the summary is fitted piece by piece, so asking for fewer
+        # tokens can give back the same text; then the far part goes.
+        had = counter(layout.far_text)
+        shorter = summarize_above(
+            layout.lines, layout.window_start, layout.prefix_text, had - over, counter
+        )
+        layout.far_text = shorter if counter(shorter) < had else ""
+        return True
+    if layout.window_start < layout.line:
+        drop = max(1, min(layout.line - layout.window_start, over // 8))
+        layout.window_start += drop
+        layout.prefix_text = (
+            join_lines(layout.lines[layout.window_start : layout.line])
+            + layout.lines[layout.line][: layout.column]
+        )
+        return True
+    if layout.local:
+        layout.local.pop(0)
+        return True
+    if layout.suffix_end > layout.line:
+        cut = layout.suffix_text.rstrip("\n").rfind("\n")
+        layout.suffix_text = layout.suffix_text[: cut + 1] if cut >= 0 else ""
+        layout.suffix_end -= 1
+        return True
+    for attribute in ("suffix_text", "marker"):
+        if getattr(layout, attribute):
+            setattr(layout, attribute, "")
+            return True
+    if layout.cross:
+        layout.cross.clear()
+        return True
+    return False
+
+
+def _last_cut(layout: _Layout, budget: int, counter: TokenCounter) -> tuple[str, int]:
+    """The end of the cursor line's text (and of nothing else) that fits: the longest tail of
+    the prefix within `budget`, found by bisection; the rest of the layout is emptied."""
+    layout.cross.clear()
+    layout.local.clear()
+    layout.far_text = layout.suffix_text = layout.marker = ""
+    layout.suffix_end = layout.line
+    text = layout.prefix_text
+    lo, hi = 0, len(text)
+    while lo < hi:  # bisection: ends after log2(len(text)) steps
+        mid = (lo + hi) // 2
+        if counter(text[mid:]) <= budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    layout.prefix_text = text[lo:]
+    layout.window_start = layout.line - layout.prefix_text.count("\n")
+    return layout.prefix_text, counter(layout.prefix_text)

@@ -49,14 +49,16 @@ class LoadedModel:
     load_seconds: float
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
     gguf: gguf.GgufSummary | None = None  # set when the model came from a .gguf file
+    native_kernels: str = "torch's"  # native.describe() when it loaded (its kernels for good)
 
     def kernels(self) -> str:
         """Whose kernels multiply and attend: the project's native ones serve bfloat16 and
-        quantized models on a CPU that has them (engine/native.py)."""
+        quantized models on a CPU that has them (engine/native.py), if they were built when
+        this model loaded."""
         half = self.precision.quantization != "none" or self.dtype == torch.bfloat16
         if self.device.type != "cpu" or not half:
             return "torch's"
-        return native.describe()
+        return self.native_kernels
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -213,7 +215,9 @@ def load_model(
             return None
 
     if _may_run_native_kernels(asked, folder, torch_device):
-        native.ensure_built(progress)  # the first build takes a minute: say so
+        # Adopts kernels built since the last load, or starts building them in the background:
+        # this load and its model run on torch's kernels meanwhile (engine/native.py).
+        native.refresh(progress)
     chosen = asked or precision.choose(folder, load, tokenizer, progress=progress)
     model, num_parameters = _load_weights(
         folder, config, chosen, torch_device, count=True, allow_pickle=allow_pickle
@@ -223,6 +227,8 @@ def load_model(
     except ValueError as err:
         raise ModelLoadError(str(err)) from err
     origin = gguf.summary_of(folder)
+    half = _may_run_native_kernels(chosen, folder, torch_device)
+    native_kernels = native.describe() if half else "torch's"
     if embedded:
         name = "memosight-default"
     else:
@@ -241,6 +247,7 @@ def load_model(
         load_seconds=time.perf_counter() - started,
         stop_token_ids=stop_token_ids(tokenizer, fim),
         gguf=origin,
+        native_kernels=native_kernels,
     )
 
 
