@@ -62,7 +62,15 @@ def cache_root() -> Path:
 
 
 def is_gguf(path: str | os.PathLike) -> bool:
-    return str(path).lower().endswith(".gguf")
+    """A .gguf path, or a file that starts with the GGUF magic (Ollama keeps its models as
+    blobs/sha256-<hex>, without the suffix)."""
+    if str(path).lower().endswith(".gguf"):
+        return True
+    try:
+        with open(Path(path).expanduser(), "rb") as handle:
+            return handle.read(4) == b"GGUF"
+    except OSError:  # missing, a folder, unreadable: not a GGUF file
+        return False
 
 
 def file_digest(path: Path) -> str:
