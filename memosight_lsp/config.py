@@ -27,7 +27,9 @@ SECTION = "memosight"  # the settings section (workspace/configuration, the wrap
 
 @dataclass(kw_only=True)
 class ModelSettings:
-    path: str | None = None  # None: the embedded default model
+    # "auto": the best code model found on this machine (discovery/: Ollama, LM Studio,
+    # llama.cpp's and the Hugging Face caches), else the embedded one; None: the embedded model.
+    path: str | None = "auto"
     device: Device = "auto"  # auto: CUDA when available, else CPU
     # auto: bfloat16 on CUDA; on a CPU the fastest of float32 / bfloat16 / int8 for this model,
     # measured once per machine (engine/precision.py).
@@ -61,6 +63,9 @@ class CompletionSettings:
     # and size a cold prompt to the model's measured prefill rate (completion/latency.py);
     # 0: wait for the whole completion and pack the whole budget.
     first_response_ms: int = 300
+    # No completion takes longer: past it decoding ends with what is verified, and a model job
+    # that does not end (a stuck worker) is abandoned a little later (completion/scheduler.py).
+    max_wait_ms: int = 10_000
 
 
 @dataclass(kw_only=True)
@@ -103,6 +108,7 @@ NUMERIC_BOUNDS: dict[str, tuple[int, int]] = {
     "max_new_tokens": (1, 1024),
     "debounce_ms": (0, 5000),
     "first_response_ms": (0, 60000),
+    "max_wait_ms": (1000, 600_000),
     "budget_tokens": (0, 131072),
     "cross_file_share": (0, 100),
     "similar_snippets": (0, 16),

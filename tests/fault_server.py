@@ -5,7 +5,9 @@ Environment:
 - MEMOSIGHT_FAULT_FILE=PATH: every attention call of every forward pass (prefill and decode
   steps alike, transformers' and the fused trunk's) reads PATH when it exists:
   `raise-after N` lets N more calls through, then raises RuntimeError; `oom-after N` raises
-  torch.OutOfMemoryError (what CUDA raises); `memory-after N` raises MemoryError (the CPU's).
+  torch.OutOfMemoryError (what CUDA raises); `memory-after N` raises MemoryError (the CPU's);
+  `hang-after N` blocks that call, polling nothing, until the file changes or goes (a worker
+  stuck in a kernel or a lock: only the scheduler's watchdog gets the server past it).
   Each firing writes one line "injected fault fired: ..." to stderr, and the fault fires once
   per content of the file (rewrite the file to arm it again).
 - MEMOSIGHT_FSIZE_LIMIT=BYTES: RLIMIT_FSIZE, so a write past BYTES fails with EFBIG, as a full
@@ -19,6 +21,7 @@ import resource
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,11 +37,14 @@ def install_forward_fault(control: Path) -> None:
     state = {"armed": "", "left": 0}
     errors = {"raise": RuntimeError, "oom": torch.OutOfMemoryError, "memory": MemoryError}
 
-    def attention(*args, **kwargs):
+    def read() -> str:
         try:
-            order = control.read_text().strip()
+            return control.read_text().strip()
         except OSError:
-            order = ""
+            return ""
+
+    def attention(*args, **kwargs):
+        order = read()
         if order:
             with lock:
                 if order != state["armed"]:  # a new order: count from now
@@ -52,6 +58,10 @@ def install_forward_fault(control: Path) -> None:
                 kind = str(state["kind"])
                 sys.stderr.write(f"injected fault fired: {kind}\n")
                 sys.stderr.flush()
+                if kind == "hang":
+                    while read() == order:
+                        time.sleep(0.05)
+                    return real(*args, **kwargs)
                 error = errors[kind]
                 raise error(f"injected {kind} fault in a forward pass")
         return real(*args, **kwargs)

@@ -31,10 +31,15 @@ def plain(value: Any) -> Any:
 def client_factory() -> LanguageClient:
     client = make_test_lsp_client()
     client.statuses = []  # type: ignore[attr-defined]
+    client.updates = []  # type: ignore[attr-defined]
 
     @client.feature("memosight/status")
     def status(params: Any) -> None:
         client.statuses.append(plain(params))  # type: ignore[attr-defined]
+
+    @client.feature("memosight/completionUpdated")
+    def updated(params: Any) -> None:
+        client.updates.append(plain(params))  # type: ignore[attr-defined]
 
     return client
 

@@ -108,27 +108,36 @@ async def test_stats_carry_the_latency_report(client):
         assert isinstance(numbers[key], int)
 
 
-async def test_a_deadline_answers_early_and_the_rest_arrives_in_the_type_through_cache(
-    tiny_model_dir,
-):
-    """firstResponseMs 1: the request answers with what was verified by then (maybe nothing),
-    decoding goes on, and asking again at the same cursor serves the whole suggestion from the
-    type-through cache, without a model call."""
-    client = await start("neovim", tiny_options(tiny_model_dir, firstResponseMs=1, maxNewTokens=24))
+async def test_a_deadline_answers_early_and_the_rest_arrives_in_the_type_through_cache():
+    """firstResponseMs 1: the request answers with the first text verified after it (never
+    empty: the editor would show nothing while the user waits), decoding goes on, the server
+    tells the client the suggestion grew (memosight/completionUpdated), and asking again at the
+    same cursor serves the whole suggestion from the type-through cache, without a model call.
+    The embedded model: a random one may never write more than its first word."""
+    options = {"completion": {"firstResponseMs": 1, "maxNewTokens": 24, "multiline": "always"}}
+    client = await start("neovim", options)
     try:
         uri = "file:///latency/deadline.py"
         open_doc(client, uri, DOC)
         ready = await numbers_when(client, lambda n: n["state"] == "ready")
         early = await inline(client, uri, *END)
         answered = await stats(client)
+        assert early, "an early answer must not be blank"
         assert answered["partialAnswers"] == 1
         assert answered["modelCalls"] == ready["modelCalls"] + 1
         done = await numbers_when(client, lambda n: n["meanTokens"] is not None)  # decoded on
+        deadline = time.monotonic() + 30
+        while not client.updates and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        (update,) = client.updates
+        assert update["textDocument"] == {"uri": uri, "version": 1}
+        assert (update["position"]["line"], update["position"]["character"]) == END
         whole = await inline(client, uri, *END)
         after = await stats(client)
-        assert whole and len(whole) > len(early or "")
-        assert whole.startswith(early or "")
+        assert whole == update["text"] and len(whole) > len(early)
+        assert whole.startswith(early)
         assert after["modelCalls"] == done["modelCalls"]  # no new call: the cache answered
         assert after["typeThroughHits"] == done["typeThroughHits"] + 1
+        assert after["longerPushed"] == 1
     finally:
         await stop(client)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from memosight_lsp.engine.heads import (
     save_heads,
 )
 from memosight_lsp.engine.ngram_model import NGRAMS_FILE
+from memosight_lsp.server.completions import GIVE_UP_GRACE_S
 from memosight_lsp.workspace import WorkspaceIndex
 from memosight_lsp.workspace import cache as index_cache
 
@@ -164,6 +166,39 @@ def test_a_forward_pass_failing_mid_decode_answers_empty_and_the_next_one_is_who
     assert session.stats()["errors"] == errors + 1
     # The buffer's half-written KV cache was dropped: the same cursor gives the same text.
     assert session.inline(uri, *CURSOR) == baseline
+
+
+def test_a_forward_pass_that_never_returns_is_abandoned_and_the_server_serves_on(model_faults):
+    """A forward pass blocks, polling nothing (a kernel or a lock that never returns): the
+    request is answered empty by completion.maxWaitMs plus the grace, with one line saying so,
+    and the next request is served by a new worker while the stuck one still waits."""
+    session, uri, baseline, control = (
+        model_faults.session,
+        model_faults.uri,
+        model_faults.baseline,
+        model_faults.control,
+    )
+    completion = {**model_faults.options.get("completion", {}), "maxWaitMs": 1000}
+    session.configure({**model_faults.options, "completion": completion})
+    warmed = session.stats()["prewarmedTokens"]
+    text = DOC + "pass\n\n\ndef sub(a, b):\n    "
+    other = session.open(model_faults.model.parent / "other.py", text)
+    # The buffer's pre-warm ends first: the stuck pass must be the request's own.
+    session.wait_until(lambda: session.stats()["prewarmedTokens"] > warmed, what="pre-warm")
+    control.write_text("hang-after 0")
+    try:
+        started = time.monotonic()
+        assert session.inline(other, 9, 4) is None
+        waited = time.monotonic() - started
+        assert 1.0 < waited < 1.0 + GIVE_UP_GRACE_S + 3.0, waited
+        assert session.server.log_lines("injected fault fired: hang")
+        assert session.server.log_lines("abandoned")
+        assert session.stats()["abandoned"] == 1
+        # Served while the abandoned pass is still blocked (the fault fires once).
+        assert session.inline(uri, *CURSOR) == baseline
+    finally:
+        control.unlink()
+    session.configure(model_faults.options)
 
 
 def test_the_model_folder_deleted_while_loaded(model_faults, tiny_model_dir):

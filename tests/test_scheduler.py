@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from memosight_lsp.completion.scheduler import Scheduler
+from memosight_lsp.completion.scheduler import MAX_STUCK_WORKERS, JobAbandoned, Scheduler
 
 
 @pytest.fixture
@@ -183,3 +183,69 @@ def test_the_worker_calls_on_idle_once_it_runs_out_of_jobs():
         assert idle == [2, 3]
     finally:
         scheduler.stop()
+
+
+def stuck_work(started: threading.Event, release: threading.Event, log: list):
+    """Work that never polls `cancelled`: a packing or a lock wait that does not end."""
+
+    def work(cancelled):
+        started.set()
+        release.wait(30)
+        log.append("the stuck job returned")
+        return "late"
+
+    return work
+
+
+def test_a_job_past_its_bound_is_abandoned_and_the_next_one_is_served(scheduler):
+    started, release, log = threading.Event(), threading.Event(), []
+    stuck = scheduler.submit("a", stuck_work(started, release, log), give_up_s=0.3)
+    waiting = scheduler.submit("b", lambda cancelled: "served")
+    assert started.wait(5)
+    began = time.monotonic()
+    with pytest.raises(JobAbandoned):
+        stuck.future.result(5)
+    assert time.monotonic() - began < 2.0
+    assert stuck.cancelled
+    assert waiting.future.result(5) == "served"
+    assert scheduler.abandoned == 1
+    # The stuck job ends after all: its thread exits and leaves the new worker alone.
+    release.set()
+    deadline = time.monotonic() + 5
+    while "the stuck job returned" not in log and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert log == ["the stuck job returned"]
+    assert scheduler.submit("c", lambda cancelled: "still serving").future.result(5) == (
+        "still serving"
+    )
+    assert not scheduler.wedged
+
+
+def test_a_job_within_its_bound_and_one_without_a_bound_are_left_alone(scheduler):
+    slow = scheduler.submit("a", lambda cancelled: time.sleep(0.2) or "done", give_up_s=2.0)
+    assert slow.future.result(5) == "done"
+    unbounded = scheduler.submit("b", lambda cancelled: time.sleep(0.3) or "loaded")
+    assert unbounded.future.result(5) == "loaded"
+    assert scheduler.abandoned == 0
+
+
+def test_too_many_stuck_workers_fail_jobs_at_once_until_they_end(scheduler):
+    release, log = threading.Event(), []
+    for i in range(MAX_STUCK_WORKERS):
+        started = threading.Event()
+        job = scheduler.submit(f"buffer{i}", stuck_work(started, release, log), give_up_s=0.2)
+        assert started.wait(5)
+        with pytest.raises(JobAbandoned):
+            job.future.result(5)
+    assert scheduler.wedged
+    began = time.monotonic()
+    refused = scheduler.submit("next", lambda cancelled: "never runs")
+    with pytest.raises(JobAbandoned, match="stuck"):
+        refused.future.result(1)
+    assert time.monotonic() - began < 0.5
+    release.set()  # the stuck jobs end: the scheduler serves again (a new worker is started)
+    deadline = time.monotonic() + 5
+    while scheduler.wedged and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not scheduler.wedged
+    assert scheduler.submit("next", lambda cancelled: "served").future.result(5) == "served"

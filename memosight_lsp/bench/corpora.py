@@ -168,7 +168,7 @@ def fetch(project: Project, cache: Path | None = None) -> Path:
 
 def source_files(root: Path, language: str | None = None, limit: int = 5000) -> list[Path]:
     """The project's source files (of `language` when given), sorted, at most `limit`."""
-    found = []
+    found: list[Path] = []
     for path in sorted(root.rglob("*")):
         if len(found) >= limit:
             break
@@ -224,7 +224,8 @@ def _unpack(archive: Path, into: Path) -> None:
     into.mkdir()
     if archive.suffix == ".deb":
         name, payload = _deb_data(archive.read_bytes())
-        with tarfile.open(fileobj=io.BytesIO(payload), mode=f"r:{_compression(name)}") as tar:
+        _compression(name)  # raises for a compression tarfile cannot read
+        with tarfile.open(fileobj=io.BytesIO(payload)) as tar:  # the compression is detected
             tar.extractall(into, filter="data")
         return
     with tarfile.open(archive) as tar:
@@ -247,13 +248,9 @@ def _deb_data(deb: bytes) -> tuple[str, bytes]:
     raise CorpusError("the Debian package has no data.tar member")
 
 
-def _compression(name: str) -> str:
-    for suffix, mode in ((".xz", "xz"), (".gz", "gz"), (".bz2", "bz2")):
-        if name.endswith(suffix):
-            return mode
+def _compression(name: str) -> None:
     if name.endswith(".zst"):
         raise CorpusError("zstd-compressed Debian package: not supported")
-    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,11 +19,19 @@ cancels it like one.
 
 When the worker runs out of due jobs it calls `on_idle` (the allocator gives freed memory back:
 engine/memory.py), outside the lock, so a request arriving then waits at most for that.
+
+Nothing wedges the worker. A job submitted with `give_up_s` that is still running that long after
+it started is abandoned by a watchdog thread: it is cancelled (work that polls `cancelled()` ends
+by itself), its future fails with JobAbandoned at once, and a new worker thread serves the jobs
+that follow. The old thread is left to finish on its own (Python cannot stop a thread) and exits
+when its job returns. At most MAX_STUCK_WORKERS such threads may be alive; past that the
+scheduler is wedged: every job fails with JobAbandoned at once instead of queueing behind them.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -35,8 +43,15 @@ log = logging.getLogger(__name__)
 
 JobKind = Literal["control", "request", "precompute", "prewarm"]
 PRIORITY: dict[str, int] = {"control": 0, "request": 1, "precompute": 2, "prewarm": 3}
+# Abandoned workers that may still be alive before the scheduler stops starting new ones: each
+# holds its memory (and maybe the CPU) until its job returns.
+MAX_STUCK_WORKERS = 2
 SPECULATIVE: tuple[JobKind, ...] = ("precompute", "prewarm")  # what a request cancels
 Work = Callable[[Callable[[], bool]], Any]
+
+
+class JobAbandoned(RuntimeError):
+    """The job ran past its bound (give_up_s) and was abandoned, or the worker is wedged."""
 
 
 @dataclass(eq=False, kw_only=True)
@@ -49,6 +64,8 @@ class Job:
     future: Future = field(default_factory=Future)
     waiters: int = 1
     started: bool = False
+    give_up_s: float | None = None  # abandoned this long after it starts (None: never)
+    give_up_at: float = math.inf  # time.monotonic() once started
     _cancel: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -77,14 +94,32 @@ class Scheduler:
         self._jobs: list[Job] = []
         self._cond = threading.Condition()
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._name = name
+        self._thread = self._new_worker()
+        self._watchdog = threading.Thread(target=self._watch, name=f"{name}-watchdog", daemon=True)
+        self._stuck: list[threading.Thread] = []  # abandoned workers, maybe still running
         self._started = False
         self.current: Job | None = None
+        self.abandoned = 0  # jobs abandoned so far
+
+    def _new_worker(self) -> threading.Thread:
+        return threading.Thread(target=self._run, name=self._name, daemon=True)
 
     def start(self) -> None:
         if not self._started:
             self._started = True
             self._thread.start()
+            self._watchdog.start()
+
+    @property
+    def wedged(self) -> bool:
+        """Too many workers are stuck: jobs fail at once (see the module doc)."""
+        with self._cond:
+            return self._wedged_locked()
+
+    def _wedged_locked(self) -> bool:
+        self._stuck = [t for t in self._stuck if t.is_alive()]
+        return len(self._stuck) >= MAX_STUCK_WORKERS
 
     def submit(
         self,
@@ -94,7 +129,9 @@ class Scheduler:
         kind: JobKind = "request",
         key: Hashable | None = None,
         delay_s: float = 0.0,
+        give_up_s: float | None = None,
     ) -> Job:
+        """Queue `work` (see the module doc); `give_up_s`: abandon it that long after it starts."""
         with self._cond:
             joined = self._join(buffer_id, kind, key)
             if joined is not None:
@@ -112,11 +149,24 @@ class Scheduler:
                 work=work,
                 key=key,
                 not_before=time.monotonic() + max(0.0, delay_s),
+                give_up_s=give_up_s,
             )
+            if self._wedged_locked():
+                job.future.set_exception(
+                    JobAbandoned(f"the model worker is stuck ({len(self._stuck)} jobs never ended)")
+                )
+                return job
             self._jobs.append(job)
+            self._revive_locked()
             self._cond.notify_all()
         self.start()
         return job
+
+    def _revive_locked(self) -> None:
+        """A new worker when the last one was abandoned while the scheduler was wedged."""
+        if self._started and not self._stopping and self._thread in self._stuck:
+            self._thread = self._new_worker()
+            self._thread.start()
 
     def _join(self, buffer_id: str, kind: JobKind, key: Hashable | None) -> Job | None:
         if key is None or kind == "control":
@@ -187,7 +237,10 @@ class Scheduler:
                     job = min(due, key=lambda j: PRIORITY[j.kind])
                     self._jobs.remove(job)
                     job.started = True
+                    if job.give_up_s is not None:
+                        job.give_up_at = now + job.give_up_s
                     self.current = job
+                    self._cond.notify_all()  # the watchdog learns of the new bound
                     return job
                 waits = [j.not_before - now for j in self._jobs]
                 self._cond.wait(timeout=min(waits) if waits else None)
@@ -209,15 +262,58 @@ class Scheduler:
                     job.future.set_exception(err)
             finally:
                 with self._cond:
-                    self.current = None
+                    replaced = threading.current_thread() is not self._thread
+                    if not replaced:
+                        self.current = None
                     now = time.monotonic()
                     idle = not self._stopping and not any(j.not_before <= now for j in self._jobs)
+            if replaced:
+                log.warning("an abandoned model job ended after all; its worker exits")
+                return
             if idle:
                 self._idle()
         with self._cond:
             for job in self._jobs:
                 _resolve(job, None)
             self._jobs.clear()
+
+    def _watch(self) -> None:
+        """The watchdog: abandons the running job once it passes its bound (module doc)."""
+        with self._cond:
+            while not self._stopping:
+                job = self.current
+                now = time.monotonic()
+                if job is not None and now >= job.give_up_at:
+                    self._abandon_locked(job, now)
+                    continue
+                wait = None if job is None or job.give_up_at == math.inf else job.give_up_at - now
+                self._cond.wait(timeout=wait)
+
+    def _abandon_locked(self, job: Job, now: float) -> None:
+        ran = now - (job.give_up_at - (job.give_up_s or 0.0))
+        log.error(
+            "a %s job ran %.1f s, past its bound of %.1f s: abandoned, a new worker serves on",
+            job.kind,
+            ran,
+            job.give_up_s,
+        )
+        self.abandoned += 1
+        job.cancel()
+        if not job.future.done():
+            job.future.set_exception(
+                JobAbandoned(f"the model worker spent {ran:.1f} s on one job; it was abandoned")
+            )
+        self._stuck.append(self._thread)
+        self.current = None
+        if self._wedged_locked():
+            log.error("%d model workers are stuck: jobs fail at once from now on", len(self._stuck))
+            for queued in self._jobs:
+                if not queued.future.done():
+                    queued.future.set_exception(JobAbandoned("the model worker is stuck"))
+            self._jobs.clear()
+            return
+        self._thread = self._new_worker()
+        self._thread.start()
 
     def _idle(self) -> None:
         try:

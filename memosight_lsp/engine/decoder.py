@@ -54,6 +54,12 @@ class StopRules:
     # Called after every forward pass (prefill chunks too) with the new tokens so far: a caller
     # with a deadline answers from it while decoding goes on.
     progress: Callable[[Sequence[int]], None] | None = None
+    # time.monotonic() past which decoding ends with what it has verified (stop reason "time",
+    # polled where `cancelled` is): however slow the machine, nothing decodes for ever.
+    stop_at: float | None = None
+
+    def out_of_time(self) -> bool:
+        return self.stop_at is not None and time.monotonic() > self.stop_at
 
 
 @dataclass(kw_only=True)
@@ -63,7 +69,7 @@ class Generation:
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
     forward_passes: int = 0
-    stop_reason: str = "max_tokens"  # max_tokens | eos | stop | cancelled
+    stop_reason: str = "max_tokens"  # max_tokens | eos | stop | cancelled | time
     # Prompt tokens in the cache when a prefill was cancelled (kept for the buffer's next call).
     cancelled_at_prompt_tokens: int = 0
     stats: dict = field(default_factory=dict)  # accelerator details (accepted tokens per pass...)
@@ -103,6 +109,8 @@ def take_next(
     reason = record_token(token, result.tokens, rules)
     if reason is None and rules.cancelled is not None and rules.cancelled():
         reason = "cancelled"
+    if reason is None and rules.out_of_time():
+        reason = "time"
     if reason is not None:
         result.stop_reason = reason
         return None
@@ -200,8 +208,9 @@ class Run:
             if done >= len(ids):
                 break
             self._report()
-            if self.rules.cancelled is not None and self.rules.cancelled():
-                self.result.stop_reason = "cancelled"
+            cancelled = self.rules.cancelled is not None and self.rules.cancelled()
+            if cancelled or self.rules.out_of_time():
+                self.result.stop_reason = "cancelled" if cancelled else "time"
                 self.result.cancelled_at_prompt_tokens = done
                 self.result.prefill_ms = (time.perf_counter() - self._started) * 1000
                 if self._reuses:

@@ -3,8 +3,14 @@ stale-result dropping, the first-response deadline, the speculative precompute o
 completion and the pre-warm of a buffer's prompt.
 
 A request with type-through on answers by `completion.firstResponseMs` with what the model has
-verified so far; the model decodes on (as a precompute: the next request cancels it) and each
-longer text replaces the suggestion in the type-through cache, so the next keystroke gets it.
+verified so far, or, when nothing is verified by then, with its first text when it comes (an empty
+answer would leave the editor blank while the user waits); the model decodes on (as a precompute:
+the next request cancels it) and each longer text replaces the suggestion in the type-through
+cache, so the next keystroke gets it. When the decode ends with more than was answered, the client
+is told (`on_longer`: memosight/completionUpdated) and asks again where nothing changed.
+
+No job runs for ever: every model job is abandoned `GIVE_UP_GRACE_S` past `completion.maxWaitMs`
+(completion/scheduler.py), by when decoding has stopped by itself unless the worker is stuck.
 
 Handlers call `CompletionFlow.complete`; it never raises for bad input, it answers with an empty
 `Outcome` carrying the reason instead. `CompletionFlow.refusal` is the one answer to "why no
@@ -27,7 +33,7 @@ from pygls.workspace import TextDocument
 from memosight_lsp.completion.lookahead import LookaheadCache, LookaheadEntry
 from memosight_lsp.completion.policy import describe_cursor, mid_word_refusal
 from memosight_lsp.completion.remote import ENGINE_FAILURES
-from memosight_lsp.completion.scheduler import Job, Scheduler
+from memosight_lsp.completion.scheduler import Job, JobAbandoned, Scheduler
 from memosight_lsp.completion.service import Completion, CompletionRequest, Deadline
 from memosight_lsp.config import Settings
 from memosight_lsp.workspace import WorkspaceIndex
@@ -46,6 +52,9 @@ _KV_COUNTERS = {"lossless-draft": "losslessDraftCalls", "lossy-snapkv": "lossySn
 UNKNOWN_DOCUMENT = "unknown document: it was never opened with didOpen"
 DISABLED = "completions are disabled (memosight.enable is false)"
 BINARY = "the file looks binary (NUL bytes)"
+# Past completion.maxWaitMs a decode stops by itself; a job still running this much later is
+# stuck (a loop that polls nothing, a lock) and is abandoned.
+GIVE_UP_GRACE_S = 2.0
 
 
 @dataclass(eq=False)
@@ -64,7 +73,8 @@ class Outcome:
     text: str = ""
     reason: str | None = None
     position: types.Position | None = None  # the cursor, in client units
-    source: str = "none"  # model | partial (by the deadline) | typeThrough | precompute | none
+    # model | partial (by the deadline) | typeThrough | precompute | abandoned (stuck) | none
+    source: str = "none"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,9 +108,11 @@ class CompletionFlow:
         on_model_result: Callable[[Completion], None] = lambda c: None,
         context_inputs: Callable[[Cursor, Settings], ContextInputs] = lambda c, s: ContextInputs(),
         current_version: Callable[[str], int | None] = lambda uri: None,
+        on_longer: Callable[[Cursor, str], None] = lambda cursor, text: None,
     ) -> None:
         """`current_version(uri)`: the open document's version now (None if unknown), to drop a
-        model result whose document changed while it was computed."""
+        model result whose document changed while it was computed. `on_longer(cursor, text)`:
+        an early answer at `cursor` grew to `text` once decoding ended (on the event loop)."""
         self.scheduler = scheduler
         self._context_inputs = context_inputs
         self._current_version = current_version
@@ -109,6 +121,7 @@ class CompletionFlow:
         self.lookahead = LookaheadCache()
         self._settings = settings
         self._on_model_result = on_model_result
+        self._on_longer = on_longer
         self._index: dict[str, LineIndex] = {}
         self._precompute_bases: dict[str, LookaheadEntry] = {}
         # buffer -> key of a state the precompute found nothing for: answered empty at once.
@@ -275,6 +288,7 @@ class CompletionFlow:
             ),
             key=key,
             delay_s=completion_settings.debounce_ms / 1000,
+            give_up_s=give_up_s(settings),
         )
         job.future.add_done_callback(lambda _: self._early.pop(key, None))
         try:
@@ -286,7 +300,11 @@ class CompletionFlow:
             job.release()
             self.stats.count("cancelled")
             raise
-        completion = job.future.result() if job.future.done() else early.result()
+        try:
+            completion = job.future.result() if job.future.done() else early.result()
+        except JobAbandoned as err:
+            self.stats.count("abandoned")
+            return Outcome(reason=str(err), position=cursor.position, source="abandoned")
         if completion is None:  # the model failed meanwhile, or a newer request took over
             reason = self.refusal(cursor, settings)
             if reason is not None:
@@ -299,7 +317,7 @@ class CompletionFlow:
             return Outcome(reason="the document changed meanwhile", position=cursor.position)
         if completion.stop_reason == "partial":
             self.stats.count("partialAnswers")
-            self._continue_after(job, cursor, settings)
+            self._continue_after(job, cursor, settings, completion.text)
             reason = completion.reason or (None if completion.text else "still decoding")
             return Outcome(
                 text=completion.text, reason=reason, position=cursor.position, source="partial"
@@ -308,9 +326,10 @@ class CompletionFlow:
             text=completion.text, reason=completion.reason, position=cursor.position, source="model"
         )
 
-    def _continue_after(self, job: Job, cursor: Cursor, settings: Settings) -> None:
-        """The request answered early and decodes on: no precompute for this buffer until it
-        ends; then the one that follows its whole suggestion, while the document still agrees."""
+    def _continue_after(self, job: Job, cursor: Cursor, settings: Settings, shown: str) -> None:
+        """The request answered early with `shown` and decodes on: no precompute for this buffer
+        until it ends; then, while the document still agrees, the client hears of the longer
+        suggestion (`on_longer`) and the precompute of what follows it starts."""
         self._continuing[cursor.uri] = job
 
         def ended(future: Future) -> None:
@@ -319,11 +338,16 @@ class CompletionFlow:
             completion = None if future.cancelled() or future.exception() else future.result()
             if completion is None or not completion.text:
                 return
+            if self._current_version(cursor.uri) not in (None, cursor.version):
+                return  # typed meanwhile: that keystroke's request answers for itself
             base = (cursor.text[: cursor.offset], cursor.text[cursor.offset :])
             if any(
                 (e.before, e.after, e.ghost) == (*base, completion.text)
                 for e in self.lookahead.entries(cursor.uri)
             ):
+                if completion.text != shown:
+                    self.stats.count("longerPushed")
+                    self._on_longer(cursor, completion.text)
                 self._maybe_precompute(cursor, completion.text, settings)
 
         loop = asyncio.get_running_loop()
@@ -450,7 +474,9 @@ class CompletionFlow:
             self.stats.count("prewarmedTokens", done.get("prefilledTokens", 0))
             return done
 
-        self.scheduler.submit(cursor.uri, work, kind="prewarm", key=key)
+        self.scheduler.submit(
+            cursor.uri, work, kind="prewarm", key=key, give_up_s=give_up_s(settings)
+        )
 
     def _maybe_precompute(self, cursor: Cursor, shown: str, settings: Settings) -> None:
         """Start computing the completion that follows `shown` once it is accepted."""
@@ -490,5 +516,11 @@ class CompletionFlow:
             ),
             kind="precompute",
             key=key,
+            give_up_s=give_up_s(settings),
         )
         job.future.add_done_callback(lambda _: self._early.pop(key, None))
+
+
+def give_up_s(settings: Settings) -> float:
+    """How long a model job may run before the scheduler abandons it as stuck."""
+    return settings.completion.max_wait_ms / 1000 + GIVE_UP_GRACE_S

@@ -12,9 +12,11 @@ from lsprotocol import types
 from pygls.workspace import PositionCodec, TextDocument
 
 from memosight_lsp.completion.prompt import Prompt
+from memosight_lsp.completion.scheduler import JobAbandoned
 from memosight_lsp.context import Snippet, current_name
 from memosight_lsp.workspace import WorkspaceIndex
 
+from .completions import give_up_s
 from .documents import LineIndex
 from .server import MemoSightServer
 
@@ -53,12 +55,14 @@ async def explain(
         prompt = engine.prepare(request, stable=budget is None)
         return prompt, engine.count_tokens(prompt.text)
 
-    job = ls.scheduler.submit(f"{uri}#context", prepare)
+    job = ls.scheduler.submit(f"{uri}#context", prepare, give_up_s=give_up_s(settings))
     try:
         prepared = await asyncio.wrap_future(job.future)
     except asyncio.CancelledError:
         job.release()
         raise
+    except JobAbandoned as err:
+        return {**empty, "reason": str(err)}
     if prepared is None:
         return {**empty, "reason": reason or f"model not ready: {ls.host.message}"}
     prompt, prompt_tokens = prepared

@@ -105,6 +105,8 @@ def register(server: MemoSightServer) -> None:
         ls.capture_loop()
         outcome = await ls.flow.complete(ls.document(params.text_document.uri), params.position)
         ls.send_status()  # carries this request's latency (type-through hits included)
+        if outcome.source == "abandoned" and outcome.reason:
+            ls.log_user(f"MemoSight: {outcome.reason}", types.MessageType.Warning)
         if not outcome.text or outcome.position is None:
             return None
         return types.InlineCompletionList(

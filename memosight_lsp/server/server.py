@@ -33,6 +33,8 @@ from .stats import ServerStats
 log = logging.getLogger(__name__)
 
 STATUS_METHOD = "memosight/status"
+# An early answer grew once decoding ended: the client asks again where nothing changed.
+COMPLETION_UPDATED_METHOD = "memosight/completionUpdated"
 MAX_CONTEXT_BUFFERS = 20  # other open buffers offered to the context ranker
 
 
@@ -68,6 +70,7 @@ class MemoSightServer(LanguageServer):
             on_model_result=self._model_result_from_worker,
             context_inputs=self.context_inputs,
             current_version=self._document_version,
+            on_longer=self._completion_updated,
         )
         self.indexes = WorkspaceIndexes(self._index_progress_from_thread)
         self.workspace_roots: list[str] = []  # folders from initialize / didChangeWorkspaceFolders
@@ -86,6 +89,17 @@ class MemoSightServer(LanguageServer):
     def _document_version(self, uri: str) -> int | None:
         doc = self.document(uri)
         return doc.version if doc is not None else None
+
+    def _completion_updated(self, cursor: Cursor, text: str) -> None:
+        """Tell the client that the suggestion at this cursor grew (on the event loop)."""
+        self.protocol.notify(
+            COMPLETION_UPDATED_METHOD,
+            {
+                "textDocument": {"uri": cursor.uri, "version": cursor.version},
+                "position": {"line": cursor.position.line, "character": cursor.position.character},
+                "text": text,
+            },
+        )
 
     # -- workspace context --------------------------------------------------------------------
 
@@ -204,6 +218,10 @@ class MemoSightServer(LanguageServer):
             "message": message,
             "model": self.host.model_name,
             "lastLatencyMs": self.stats.last_latency_ms,
+            # Whenever the embedded model serves: "embedded fallback: no code model found" (or
+            # why else), and the one action that gives a real code model (discovery/resolve.py).
+            "notice": self.host.notice,
+            "fix": self.host.fix,
         }
 
     def send_status(self, *, force: bool = False) -> None:
@@ -243,6 +261,8 @@ class MemoSightServer(LanguageServer):
             self.show_once(f"MemoSight: {message}")
         elif state == "ready":
             self.log_user(f"MemoSight: {message}")
+            if self.host.notice:
+                self.log_user(f"MemoSight: {self.host.notice}; {self.host.fix}")
         self.send_status()
 
     def stop_worker(self) -> None:

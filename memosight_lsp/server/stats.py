@@ -32,6 +32,10 @@ class ServerStats:
         "losslessDraftCalls",  # model calls decoded with settings.compression's KV modes
         "lossySnapkvCalls",
         "partialAnswers",  # answered by the first-response deadline, decoding went on
+        # Of those, the ones whose whole suggestion was pushed to the client when decoding ended
+        # (memosight/completionUpdated).
+        "longerPushed",
+        "abandoned",  # model jobs past completion.maxWaitMs and its grace (a stuck worker)
         "prewarms",  # prompts prefilled ahead of a request (pre-warm jobs run)
         "prewarmedTokens",
         # Prompt tokens the model's completions took from the buffer's kept KV cache (what a

@@ -75,6 +75,7 @@ M.settings_schema = {
     typeThrough = "boolean",
     precomputeNext = "boolean",
     firstResponseMs = "number",
+    maxWaitMs = "number",
   },
   context = {
     budgetTokens = "number",
