@@ -18,10 +18,12 @@ so the suffix gets at most `rate x SUFFIX_SHARE x F` tokens there; suffix-first 
 in front and does not bound it. Prefill runs in chunks of about `rate x CHUNK_SHARE x F` tokens,
 so a keystroke during a long prefill waits for one chunk at most.
 
-The rate is measured at load (engine warm-up) and follows every prefill of at least
-MIN_SAMPLE_TOKENS as a moving average; the sizes move only when it moves by more than
-SETTLE_RATIO (a prompt that changes size is prefilled again from its first token). Engines that
-never measured a rate (one-shot CLI and benchmark engines) pack the whole budget, as before.
+A server's first sample comes from the calibration kept for this machine and model at load, or
+else from its first prefill (completion/calibration.py: nothing is timed before the first
+answer); the rate then follows every prefill of at least MIN_SAMPLE_TOKENS as a moving average;
+the sizes move only when it moves by more than SETTLE_RATIO (a prompt that changes size is
+prefilled again from its first token). Engines that never measured a rate (one-shot CLI and
+benchmark engines) pack the whole budget, as before.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
-from memosight_lsp.engine.decoder import Decoder, Generation, StopRules, time_prefill
+from memosight_lsp.engine.decoder import Decoder, Generation, StopRules
 from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
 from memosight_lsp.engine.greedy import GreedyDecoder
 from memosight_lsp.engine.loading import LoadedModel, position_limit
@@ -29,6 +29,7 @@ from memosight_lsp.workspace.files import indexable_text
 from memosight_lsp.workspace.languages import language_for
 
 from . import postprocess
+from .calibration import Calibrator
 from .healing import HealingConstraint, VocabularyText
 from .latency import LatencyBudget, PrefillRate, latency_budget
 from .policy import CursorSituation, describe_cursor, mid_word_refusal, wants_multiline
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 # Tokens of other open buffers indexed for drafting (indexing measured 1.3 us per token, once).
 MAX_DRAFT_BUFFER_TOKENS = 65_536
-RATE_PROBE_TOKENS = 256  # the prefill timed at warm-up for the first rate
 
 # Called on the worker with what a completion still decoding has verified (Completion.text).
 PartialListener = Callable[["Completion"], None]
@@ -232,23 +232,36 @@ class CompletionEngine:
         # Token ids of the other open buffers, the `workspace` draft source: (path, hash) -> ids.
         self._buffer_ids: dict[tuple[str, int], list[int]] = {}
         self._buffer_keys: list[tuple[str, int]] = []
-        # Prompt tokens per second, measured by warm_up: without it prompts take the whole
-        # budget (one-shot engines); with it cold prompts follow it (completion/latency.py).
+        # Prompt tokens per second: without it prompts take the whole budget (one-shot
+        # engines); with it cold prompts follow it (completion/latency.py). A timing engine
+        # (time_passes) takes it from the calibration, or from its first prefills.
         self.prefill_rate = PrefillRate()
+        self.time_passes = time_passes
         self.stable = StablePrompts()  # per-buffer pinned prompt heads
+        # The machine's timings of this model: cached, or measured after the first answer
+        # (completion/calibration.py; the server's model host applies and schedules them).
+        self.calibration = Calibrator(
+            loaded,
+            self.decoder,
+            self.prefill_rate,
+            prompt_tokens=self.context_budget(CompletionRequest(text="", line=0, column=0)),
+            on_switch=self.drop_kv_caches,
+        )
 
     def warm_up(self, request: CompletionRequest | None = None) -> None:
-        """Do now what the decoder would time on its first completion (pass costs, the trunk's
-        row kernels), for prompts the size of `request`'s budget (default settings if None),
-        and measure the prefill rate that sizes cold prompts."""
+        """Time now, before any completion, what the decoding is tuned with (pass costs, the
+        trunk's row kernels, the prefill rate), for prompts the size of `request`'s budget
+        (default settings if None), and keep it for this machine (`memosight models
+        --remeasure`, benchmarks). A server does not wait for this: completion/calibration.py."""
         request = request or CompletionRequest(text="", line=0, column=0)
-        self.decoder.warm_up(self.loaded.model, self.context_budget(request))
-        self.measure_prefill_rate()
+        self.calibration.prompt_tokens = self.context_budget(request)
+        self.calibration.measure(fresh=True)
 
-    def measure_prefill_rate(self, tokens: int = RATE_PROBE_TOKENS) -> None:
-        """Time one prefill of `tokens` ids, the first sample of the prefill rate; from then on
-        every prefill of a completion or a pre-warm refines it."""
-        self.prefill_rate.observe(*time_prefill(self.loaded.model, tokens))
+    def drop_kv_caches(self) -> None:
+        """Forget every buffer's kept KV cache (the trunk's kernels changed: a cache is exact
+        only for the kernels that computed it)."""
+        for decoder in [self.decoder, *(d for _, d in self._compressed.values())]:
+            decoder.prefix_cache.clear()
 
     def latency_budget(self, request: CompletionRequest) -> LatencyBudget:
         """The sizes this request packs and prefills with (completion/latency.py)."""
@@ -267,6 +280,7 @@ class CompletionEngine:
             **self.latency_budget(request).describe(),
             "prefillRate": self.prefill_rate.describe(),
             "stablePrompts": self.stable.stats(),
+            "calibration": self.calibration.describe(),
         }
 
     @cached_property
@@ -431,6 +445,7 @@ class CompletionEngine:
             if generation.stop_reason == "cancelled"
             else postprocess.finish(raw, situation, multiline)
         )
+        self.calibration.answered()  # the first answer is out: timings may follow, when idle
         return Completion(
             text=text,
             reason=None if text else self._empty_reason(generation),
@@ -517,8 +532,10 @@ class CompletionEngine:
         }
 
     def _observe_prefill(self, generation: Generation) -> None:
-        """A finished prefill is a sample of the rate, once the rate is being measured."""
-        if self.prefill_rate.settled is None or generation.forward_passes < 1:
+        """A finished prefill is a sample of the rate, once the rate is being measured (a timing
+        engine's first prefill is its first sample)."""
+        measuring = self.time_passes or self.prefill_rate.settled is not None
+        if not measuring or generation.forward_passes < 1:
             return
         prefilled = generation.prompt_tokens - generation.stats.get("reusedPromptTokens", 0)
         self.prefill_rate.observe(prefilled, generation.prefill_ms)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .timing import affordable_turns
+from .timing import affordable_turns, check
 
 if TYPE_CHECKING:
     import torch
@@ -237,9 +237,11 @@ class CostModel:
         run: Callable[[int], None],
         sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
         repeats: int = 3,
+        cancelled: Callable[[], bool] | None = None,
     ) -> CostModel:
         """run(q) does one forward over q tokens (and rolls the cache back); keeps the min. A
-        slow model gets fewer turns than `repeats` (timing.affordable_turns), never none."""
+        slow model gets fewer turns than `repeats` (timing.affordable_turns), never none.
+        Raises timing.TimingCancelled when `cancelled()` turns true between passes."""
         costs = {q: float("inf") for q in sizes}
         started = time.perf_counter()
         run(1)  # warm-up
@@ -248,6 +250,7 @@ class CostModel:
         # Sizes interleaved, minimum kept: a busy CPU slows some passes, never speeds one up.
         for _ in range(turns):
             for q in sizes:
+                check(cancelled)
                 started = time.perf_counter()
                 run(q)
                 costs[q] = min(costs[q], (time.perf_counter() - started) * 1000)

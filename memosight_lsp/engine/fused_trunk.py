@@ -376,17 +376,34 @@ class FusedTrunk(HFTrunk):
         self._drop_copies()
 
     def _kernel(self, rows: int) -> int:
-        """The kernel products over `rows` rows run (row_kernels; timed when first needed)."""
+        """The kernel products over `rows` rows run (row_kernels; timed when first needed,
+        unless a choice was given: use_row_kernels)."""
         if not self.timed_kernels or rows > FEW_ROWS:
             return LINEAR
         if self.kernels is None or self.kernels.threads != torch.get_num_threads():
-            products = self._products()
-            copies = all(product.copy is not None for product in products)
-            kernels = [LINEAR, TRANSPOSED] + ([COPY] if copies else [])
-            self.kernels = RowKernels.timed(self._time_pass(), kernels)
-            if COPY not in self.kernels.chosen:
-                self._drop_copies()  # never chosen: free the memory
+            timed = self.time_row_kernels()
+            assert timed is not None  # timed_kernels
+            self.use_row_kernels(timed)
+        assert self.kernels is not None
         return self.kernels.kernel(rows)
+
+    def time_row_kernels(self, cancelled: Callable[[], bool] | None = None) -> RowKernels | None:
+        """Time the few-row kernels on this trunk's passes now (None: it does not time them);
+        raises timing.TimingCancelled when `cancelled()` turns true between passes."""
+        if not self.timed_kernels:
+            return None
+        products = self._products()
+        copies = all(product.copy is not None for product in products)
+        kernels = [LINEAR, TRANSPOSED] + ([COPY] if copies else [])
+        return RowKernels.timed(self._time_pass(), kernels, cancelled=cancelled)
+
+    def use_row_kernels(self, kernels: RowKernels, *, timed: bool = True) -> None:
+        """Run these few-row kernels from now on (timed here, or kept from an earlier run; not
+        `timed`: defaults until they are, which keep the copies a timing may choose); between
+        jobs only: a pass's products all run one choice."""
+        self.kernels = kernels
+        if timed and COPY not in kernels.chosen:
+            self._drop_copies()  # never chosen: free the memory
 
     def _products(self) -> list[Product | QuantizedProduct]:
         layers = [(layer.qkv, layer.o, layer.gate, layer.up, layer.down) for layer in self.layers]

@@ -50,6 +50,7 @@ class LoadedModel:
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
     gguf: gguf.GgufSummary | None = None  # set when the model came from a .gguf file
     native_kernels: str = "torch's"  # native.describe() when it loaded (its kernels for good)
+    model_digest: str = ""  # of its folder's files (precision.model_digest): cache keys
 
     def kernels(self) -> str:
         """Whose kernels multiply and attend: the project's native ones serve bfloat16 and
@@ -73,6 +74,7 @@ class LoadedModel:
             "dtype": str(self.dtype).removeprefix("torch."),
             "precision": self.precision.describe(),
             "precisionReason": self.precision.reason,
+            "precisionMeasured": precision.describe_measurement(self.precision.measured),
             "kernels": self.kernels(),
             "vocabSize": len(self.tokenizer),
             "loadSeconds": round(self.load_seconds, 3),
@@ -172,6 +174,7 @@ def load_model(
     fim_format: str = "auto",
     progress: gguf.Progress | None = None,
     allow_pickle: bool = False,
+    remeasure: bool = False,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from a local folder or a .gguf file (None: the
     embedded default), in the precision the settings ask for or, for `auto`, the one measured
@@ -179,7 +182,8 @@ def load_model(
 
     Only safetensors weights load unless `allow_pickle` (unpickling a file can run code: the
     server passes the user-only setting model.allowPickle, the command line True, since the
-    person typing --model chose the folder)."""
+    person typing --model chose the folder). `remeasure`: measure the `auto` precision again
+    whatever is cached."""
     started = time.perf_counter()
     hf_logging.disable_progress_bar()  # a bar per load is noise in editor logs and CLI output
     torch_device = resolve_device(device)
@@ -218,7 +222,9 @@ def load_model(
         # Adopts kernels built since the last load, or starts building them in the background:
         # this load and its model run on torch's kernels meanwhile (engine/native.py).
         native.refresh(progress)
-    chosen = asked or precision.choose(folder, load, tokenizer, progress=progress)
+    chosen = asked or precision.choose(
+        folder, load, tokenizer, progress=progress, remeasure=remeasure
+    )
     model, num_parameters = _load_weights(
         folder, config, chosen, torch_device, count=True, allow_pickle=allow_pickle
     )
@@ -248,6 +254,7 @@ def load_model(
         stop_token_ids=stop_token_ids(tokenizer, fim),
         gguf=origin,
         native_kernels=native_kernels,
+        model_digest=precision.model_digest(folder),
     )
 
 

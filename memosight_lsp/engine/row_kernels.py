@@ -10,9 +10,10 @@ count and the thread count (embedded model, a pass with its logits on 900 cached
 - COPY, x @ W' with W' a transposed copy of W. With 1 thread the best (one token 2.55 ms,
   8 tokens 4.3 ms; 2.8 / 5.1 ms the other kernels). Costs the copy's memory.
 
-So each trunk times the kernels on its own passes, for row counts 1, 2, 4 ... 64, the first time
-it meets a few rows under a thread count, and frees the copies if no row count chose them. Longer
-inputs (prefills) always run LINEAR.
+So each trunk times the kernels on its own passes, for row counts 1, 2, 4 ... 64, once per
+machine, model and thread count (a server keeps the choice in the calibration cache, and times
+it on its idle worker after its first answer: engine/calibration_cache.py), and frees the copies
+if no row count chose them. Longer inputs (prefills) always run LINEAR.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .timing import affordable_turns
+from .timing import affordable_turns, check
 
 LINEAR, TRANSPOSED, COPY = 0, 1, 2
 FEW_ROWS = 64
@@ -87,11 +88,16 @@ class RowKernels:
 
     @classmethod
     def timed(
-        cls, run: Callable[[int, int], None], kernels: Sequence[int], repeats: int = REPEATS
+        cls,
+        run: Callable[[int, int], None],
+        kernels: Sequence[int],
+        repeats: int = REPEATS,
+        cancelled: Callable[[], bool] | None = None,
     ) -> RowKernels:
         """Time run(rows, kernel) (one pass over `rows` rows) for each of `kernels` and
         TIMED_ROWS. A model too slow for one turn within timing's budget gets LINEAR everywhere
-        (what transformers does)."""
+        (what transformers does). Raises timing.TimingCancelled when `cancelled()` turns true
+        between passes."""
         started = time.perf_counter()
         run(1, LINEAR)
         first = time.perf_counter() - started
@@ -101,9 +107,11 @@ class RowKernels:
         best: dict[tuple[int, int], float] = {}
         for rows in TIMED_ROWS:
             for kernel in kernels:  # warm-up
+                check(cancelled)
                 run(rows, kernel)
             for _ in range(turns):
                 for kernel in kernels:
+                    check(cancelled)
                     started = time.perf_counter()
                     run(rows, kernel)
                     elapsed = time.perf_counter() - started

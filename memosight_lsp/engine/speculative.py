@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import torch
@@ -116,9 +116,10 @@ class ModelRunner:
         if total > m:
             cache.crop(m - total)
 
-    def calibrate(self, context: int) -> CostModel:
+    def calibrate(self, context: int, cancelled: Callable[[], bool] | None = None) -> CostModel:
         """Time verification passes of 1..32 tokens on a `context`-token cache, each with one
-        LM-head row: a walk projects only the rows it reaches (PassLogits), mostly one or two."""
+        LM-head row: a walk projects only the rows it reaches (PassLogits), mostly one or two.
+        Raises timing.TimingCancelled when `cancelled()` turns true between passes."""
         vocab = int(self.model.config.vocab_size)
         positions = position_limit(self.model.config)
         if positions:
@@ -133,7 +134,7 @@ class ModelRunner:
             self.logits(self.verify(ids[context], tree, cache, context)[:1])
             cache.crop(-q)
 
-        return CostModel.calibrate(run, repeats=CALIBRATION_REPEATS)
+        return CostModel.calibrate(run, repeats=CALIBRATION_REPEATS, cancelled=cancelled)
 
 
 class PassLogits:
@@ -241,16 +242,26 @@ class SpeculativeDecoder(Decoder):
         return self._runner
 
     def cost(self, model: Any, prompt_tokens: int) -> CostModel:
-        """The pass costs, timed when first needed (the trunk times its row kernels then too:
-        ~1.3 s in all for the embedded model on 2 cores) on a cache as long as the first prompt,
-        within limits: the longer the context, the more a pass over many tokens costs next to a
-        one-token pass."""
+        """The pass costs: given (a server gives the cached ones, or the defaults until it has
+        timed them after its first answer), else timed when first needed (the trunk times its
+        row kernels then too) on a cache as long as the first prompt, within limits: the longer
+        the context, the more a pass over many tokens costs next to a one-token pass. Any costs
+        give the same tokens: they only shape the draft trees."""
         if self.cost_model is None:
-            runner = self.runner(model)
-            length = min(max(prompt_tokens, CALIBRATION_CONTEXT[0]), CALIBRATION_CONTEXT[1])
-            supported = runner.supported and self.calibrate
-            self.cost_model = runner.calibrate(length) if supported else CostModel()
+            timed = self.measure_costs(model, prompt_tokens) if self.calibrate else None
+            self.cost_model = timed or CostModel()
         return self.cost_model
+
+    def measure_costs(
+        self, model: Any, prompt_tokens: int, cancelled: Callable[[], bool] | None = None
+    ) -> CostModel | None:
+        """Time the pass costs now for prompts of about `prompt_tokens` (None: this model
+        decodes plain greedy); raises timing.TimingCancelled when `cancelled()` turns true."""
+        runner = self.runner(model)
+        if not runner.supported:
+            return None
+        length = min(max(prompt_tokens, CALIBRATION_CONTEXT[0]), CALIBRATION_CONTEXT[1])
+        return runner.calibrate(length, cancelled)
 
     def warm_up(self, model: Any, prompt_tokens: int) -> None:
         self.cost(model, prompt_tokens)

@@ -1,12 +1,16 @@
 """Timing passes on the machine itself within a time budget (pass costs, row kernels).
 
-Both are timed once per model, at load in the server. With the embedded model (5.5M parameters)
-a pass takes ~2 ms and every turn fits in ~1 s; a model a few hundred times bigger takes a few
-hundred times longer a pass, and the same turns would hold its load for minutes. So a job first
+Both are timed once per model and machine: a server takes them from the calibration cache
+(engine/calibration_cache.py) or times them on its worker when it is idle after its first
+answer, giving way to any request (`cancelled`, polled between passes). With the embedded model
+a pass takes a few ms and every turn fits in the budget; a model a few hundred times bigger
+takes a few hundred times longer a pass, and the same turns would take minutes. So a job first
 times one pass and takes only the turns that fit its budget.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 TIMING_BUDGET_S = 1.0  # per timing job
 LARGER_PASSES = 2.0  # the passes of a turn average about this many times the first one's cost
@@ -21,3 +25,13 @@ def affordable_turns(
     if per_turn <= 0:
         return most
     return max(0, min(most, int(budget_s / per_turn)))
+
+
+class TimingCancelled(Exception):
+    """A timing job stopped because its `cancelled()` turned true (a request came)."""
+
+
+def check(cancelled: Callable[[], bool] | None) -> None:
+    """Between two timed passes: raise TimingCancelled when the job should give way."""
+    if cancelled is not None and cancelled():
+        raise TimingCancelled

@@ -24,6 +24,7 @@ from memosight_lsp.config import ModelSettings
 log = logging.getLogger(__name__)
 
 ModelState = Literal["idle", "loading", "ready", "error"]
+CALIBRATION_JOB = "__calibration__"  # the scheduler's buffer id of the timing job
 # (state, message, model name) -> None; called from the worker thread.
 StateListener = Callable[[ModelState, str, "str | None"], None]
 
@@ -91,9 +92,12 @@ class ModelHost:
             return
         engine = CompletionEngine(loaded)
         try:
-            engine.warm_up()  # passes timed here, not in the first completion (~1.3 s)
+            # The machine's timings of this model if kept, else defaults: timed on this worker
+            # when it is idle after the first answer, never before it (completion/calibration.py).
+            if not engine.calibration.apply_cached():
+                engine.calibration.on_due = lambda: self._calibrate_when_idle(spec, engine)
         except Exception:  # a model that loads but cannot run is reported by its completions
-            log.exception("warming up the model failed")
+            log.exception("applying the model's timings failed")
         with self._lock:
             if spec != self._spec:
                 return
@@ -106,6 +110,16 @@ class ModelHost:
             )
         log.info("%s", self.message)
         self._on_state("ready", self.message, loaded.name)
+
+    def _calibrate_when_idle(self, spec: tuple, engine: CompletionEngine) -> None:
+        """After an answer: time what is not kept yet at the lowest priority (any request
+        cancels it; the next answer schedules it again)."""
+
+        def work(cancelled: Callable[[], bool]) -> None:
+            if spec == self._spec and self.engine is engine:
+                engine.calibration.measure(cancelled)
+
+        self._scheduler.submit(CALIBRATION_JOB, work, kind="prewarm")
 
     def _connect(self, spec: tuple, settings: ModelSettings) -> None:
         """A serving engine instead of a model: probed now (bounded by model.timeoutMs), its
