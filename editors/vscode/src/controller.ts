@@ -6,6 +6,7 @@ import { createClient, SECTION } from './client';
 import { locateServer, notFoundMessage, type ServerCommand } from './locate';
 import { nodeProbes } from './probes';
 import { selectedInterpreter } from './python';
+import { COMPLETION_UPDATED, parseUpdate, stillThere, type EditorState } from './refresh';
 import {
   formatClientState,
   formatStatus,
@@ -23,11 +24,16 @@ export interface StatusSnapshot {
   message: string;
   lastLatencyMs: number | null;
   view: StatusView;
+  /** The server's embedded-fallback notice and its fix (null when a real model serves). */
+  notice: string | null;
+  fix: string | null;
 }
 
 export class Controller implements vscode.Disposable {
   private client: LanguageClient | undefined;
   private lastLatencyMs: number | null = null;
+  /** Times the editor asked again because a suggestion grew (memosight/completionUpdated). */
+  refreshes = 0;
   private snapshot: StatusSnapshot;
   private readonly statusEmitter = new vscode.EventEmitter<StatusSnapshot>();
   /** Serialises start/stop so a restart during a start cannot leave two servers. */
@@ -125,6 +131,7 @@ export class Controller implements vscode.Disposable {
     this.output.info(`Starting: ${[server.command, ...server.args].join(' ')}`);
     const client = createClient(server, this.output);
     client.onNotification(STATUS_NOTIFICATION, (raw: unknown) => this.onStatus(raw));
+    client.onNotification(COMPLETION_UPDATED, (raw: unknown) => this.onCompletionUpdated(raw));
     client.onDidChangeState((event) => {
       if (event.newState === State.Stopped && this.client === client) {
         this.show('stopped', '', formatClientState('stopped', 'See the MemoSight output for why.'));
@@ -157,6 +164,27 @@ export class Controller implements vscode.Disposable {
     this.show('stopped', '', formatClientState('stopped'));
   }
 
+  /** A suggestion shown early grew: ask again where the user changed nothing since. */
+  private onCompletionUpdated(raw: unknown): void {
+    const update = parseUpdate(raw);
+    if (!update) {
+      this.output.warn(`Ignoring a malformed ${COMPLETION_UPDATED} notification: ${JSON.stringify(raw)}`);
+      return;
+    }
+    const editor = vscode.window.activeTextEditor;
+    const now: EditorState | undefined = editor && {
+      uri: editor.document.uri.toString(),
+      version: editor.document.version,
+      line: editor.selection.active.line,
+      character: editor.selection.active.character,
+      empty: editor.selection.isEmpty,
+    };
+    if (stillThere(update, now)) {
+      this.refreshes += 1;
+      void vscode.commands.executeCommand('editor.action.inlineSuggest.trigger');
+    }
+  }
+
   private onStatus(raw: unknown): void {
     const status = parseStatus(raw);
     if (!status) {
@@ -169,16 +197,24 @@ export class Controller implements vscode.Disposable {
     if (status.state === 'error') {
       this.output.error(`Server error: ${status.message}`);
     }
-    this.show(status.state, status.message, formatStatus(status, this.lastLatencyMs));
+    if (status.notice && status.notice !== this.snapshot.notice) {
+      this.output.warn(`${status.notice}${status.fix ? `: ${status.fix}` : ''}`);
+    }
+    this.show(status.state, status.message, formatStatus(status, this.lastLatencyMs), status);
   }
 
-  private show(state: StatusSnapshot['state'], message: string, view: StatusView): StatusSnapshot {
+  private show(
+    state: StatusSnapshot['state'],
+    message: string,
+    view: StatusView,
+    fallback: Pick<StatusParams, 'notice' | 'fix'> = { notice: null, fix: null },
+  ): StatusSnapshot {
     this.statusItem.text = view.text;
     this.statusItem.tooltip = view.tooltip;
     this.statusItem.backgroundColor =
       view.severity === 'none' ? undefined : new vscode.ThemeColor(`statusBarItem.${view.severity}Background`);
     this.statusItem.show();
-    this.snapshot = { state, message, lastLatencyMs: this.lastLatencyMs, view };
+    this.snapshot = { state, message, lastLatencyMs: this.lastLatencyMs, view, notice: fallback.notice, fix: fallback.fix };
     this.statusEmitter.fire(this.snapshot);
     return this.snapshot;
   }

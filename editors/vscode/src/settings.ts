@@ -14,7 +14,7 @@ export interface ServerSettingSpec {
 export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'enable', default: true },
   { key: 'languages', default: {} },
-  { key: 'model.path', default: null },
+  { key: 'model.path', default: 'auto' },
   { key: 'model.device', default: 'auto' },
   { key: 'model.dtype', default: 'auto' },
   { key: 'model.quantization', default: 'auto' },
@@ -33,6 +33,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'completion.typeThrough', default: true },
   { key: 'completion.precomputeNext', default: true },
   { key: 'completion.firstResponseMs', default: 300 },
+  { key: 'completion.maxWaitMs', default: 10000 },
   { key: 'context.budgetTokens', default: 1024 },
   { key: 'context.crossFile', default: true },
   { key: 'context.crossFileShare', default: 35 },

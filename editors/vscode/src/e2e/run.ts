@@ -90,8 +90,9 @@ function makeWorkspace(): string {
   mkdirSync(path.join(workspace, '.vscode'), { recursive: true });
   const settings = {
     'memosight.pythonPath': PYTHON,
-    // "default": leave model.path unset, so the server loads its embedded default model.
-    ...(MODEL === 'default' ? {} : { 'memosight.model.path': MODEL }),
+    // "default": model.path null, so the server loads its embedded default model (not what
+    // "auto", the default, would find on the machine running the test).
+    'memosight.model.path': MODEL === 'default' ? null : MODEL,
     'memosight.model.device': 'cpu',
     // These tests compare whole suggestions: no first-response deadline on a loaded machine (a
     // partial answer first, the rest later, is tested in tests/test_latency.py).
@@ -171,6 +172,20 @@ async function watchGhostText(page: Page, stop: { done: boolean }): Promise<stri
   return undefined;
 }
 
+/** Keeps ghost-latest.json holding the ghost text in the DOM now, rewritten whenever it changes,
+ * so the suite can wait for a suggestion to grow with no keystroke. */
+async function trackGhostText(page: Page, stop: { done: boolean }): Promise<void> {
+  let last: string | undefined;
+  while (!stop.done) {
+    const text = await page.evaluate<string>(GHOST_TEXT_JS).catch(() => '');
+    if (text !== last) {
+      last = text;
+      writeFileSync(path.join(RUN, 'ghost-latest.json'), JSON.stringify({ text, at: Date.now() }));
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /** The MemoSight output channel (how the server was found, its stderr) into the artifacts. */
 function copyExtensionLog(): void {
   const logs = path.join(RUN, 'user-data/logs');
@@ -239,11 +254,13 @@ async function main(): Promise<number> {
     await page.goto(url);
     const stop = { done: false };
     const ghost = watchGhostText(page, stop);
+    const tracking = trackGhostText(page, stop);
     const statusWatch = watchStatusBar(page, stop);
     const timeout = new Promise<number>((resolve) => setTimeout(() => resolve(-1), TIMEOUT_MS));
     const code = await Promise.race([exited, timeout]);
     stop.done = true;
     const ghostText = await ghost;
+    await tracking;
     await page.screenshot({ path: path.join(ARTIFACTS, 'final.png') }).catch(() => undefined);
     writeFileSync(path.join(ARTIFACTS, 'browser-console.log'), consoleLines.join('\n'));
     copyExtensionLog();

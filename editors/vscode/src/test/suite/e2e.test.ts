@@ -136,6 +136,35 @@ describe('MemoSight in VS Code', function () {
     assert.equal(inserted, expected);
   });
 
+  it('shows the whole suggestion after a pause, with no keystroke (memosight/completionUpdated)', async () => {
+    // Answer at once with what is verified (the first word or so): the rest must still appear.
+    const config = vscode.workspace.getConfiguration('memosight');
+    const previous = config.inspect<number>('completion.firstResponseMs')?.workspaceValue;
+    await config.update('completion.firstResponseMs', 1, vscode.ConfigurationTarget.Workspace);
+    try {
+      const before = api.controller.refreshes;
+      await resetEditor();
+      const typed = editor.document.getText();
+      await waitFor('the server to say the suggestion grew', () => api.controller.refreshes > before, 30_000);
+      assert.equal(editor.document.getText(), typed, 'nothing was typed meanwhile');
+      const whole = await serverSuggestion(); // from the type-through cache: the whole suggestion
+      assert.ok(whole.trim().length > 0);
+      if (E2E_DIR) {
+        const latest = path.join(E2E_DIR, 'ghost-latest.json');
+        const norm = (text: string) => text.replace(/\s+/g, ' ').trim();
+        await waitFor('the whole suggestion as ghost text in the editor DOM', () => {
+          if (!existsSync(latest)) {
+            return false;
+          }
+          const seen = JSON.parse(readFileSync(latest, 'utf8')) as { text: string };
+          return norm(seen.text) === norm(whole);
+        }, 20_000);
+      }
+    } finally {
+      await config.update('completion.firstResponseMs', previous, vscode.ConfigurationTarget.Workspace);
+    }
+  });
+
   it('accepts the next word (inlineSuggest.acceptNextWord): a prefix of the suggestion', async () => {
     await resetEditor();
     const expected = await serverSuggestion();

@@ -6,7 +6,7 @@ const DEFAULTS = {
   enable: true,
   languages: {},
   model: {
-    path: null,
+    path: 'auto',
     device: 'auto',
     dtype: 'auto',
     quantization: 'auto',
@@ -27,6 +27,7 @@ const DEFAULTS = {
     typeThrough: true,
     precomputeNext: true,
     firstResponseMs: 300,
+    maxWaitMs: 10000,
   },
   context: { budgetTokens: 1024, crossFile: true, crossFileShare: 35, similarSnippets: 4 },
   compression: { kvCompression: 'off', kvRatio: 4, minPromptTokens: 2048 },
