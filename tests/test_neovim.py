@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from memosight_lsp.config import Settings, settings_to_wire, snake_to_camel
+from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 LUA_TESTS = ROOT / "editors" / "neovim" / "tests"
@@ -133,6 +134,27 @@ def test_builtin_ghost_text(tmp_path: Path, tiny_model_dir: Path) -> None:
 def test_fallback_ghost_text(tmp_path: Path, tiny_model_dir: Path, nvim: str) -> None:
     output = run_lua("test_ghost_fallback.lua", tmp_path, tiny_model_dir, nvim)
     assert "ok - accept inserts exactly the suggestion" in output
+
+
+@pytest.mark.slow
+def test_builtin_ghost_text_grows_after_a_pause(tmp_path: Path) -> None:
+    output = run_lua("test_pause_builtin.lua", tmp_path, EMBEDDED_MODEL_DIR)
+    assert "ok - after a pause the whole suggestion shows, with no keystroke" in output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nvim", ALL_NVIMS)
+def test_fallback_ghost_text_grows_after_a_pause(tmp_path: Path, nvim: str) -> None:
+    output = run_lua("test_pause_fallback.lua", tmp_path, EMBEDDED_MODEL_DIR, nvim)
+    assert "ok - after a pause the whole suggestion shows, with no keystroke" in output
+
+
+@pytest.mark.slow
+def test_checkhealth_says_embedded_fallback(tmp_path: Path) -> None:
+    """No model given and no code model found (conftest turns discovery off): the embedded
+    model serves and both status() and :checkhealth say so, with the fix."""
+    output = run_lua("test_health_fallback.lua", tmp_path, None, timeout=180)
+    assert "embedded fallback: no code model found" in output
 
 
 @pytest.mark.slow

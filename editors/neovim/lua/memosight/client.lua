@@ -1,5 +1,6 @@
 --- Starting, finding and talking to the MemoSight server through Neovim's LSP client.
 
+local refresh = require("memosight.refresh")
 local status = require("memosight.status")
 
 local api = vim.api
@@ -37,7 +38,10 @@ local function lsp_config(cfg, settings)
     root_markers = cfg.root_markers,
     init_options = settings,
     settings = { memosight = settings },
-    handlers = { ["memosight/status"] = status.handler },
+    handlers = {
+      ["memosight/status"] = status.handler,
+      ["memosight/completionUpdated"] = refresh.handler,
+    },
     on_init = function()
       -- The server may already have reported during initialize: keep what it said.
       local state = status.get().state

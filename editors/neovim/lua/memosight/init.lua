@@ -69,6 +69,11 @@ function M.setup(opts)
   fallback.get_client = function(bufnr)
     return require("memosight.client").get(bufnr)
   end
+  require("memosight.refresh").refresh = function(bufnr)
+    if state.enabled and state.attached[bufnr] then
+      state.ghost.refresh(bufnr)
+    end
+  end
   vim.api.nvim_set_hl(0, fallback.hl_group, { link = "Comment", default = true })
   require("memosight.keymaps").apply(cfg.keymaps)
   require("memosight.client").start(cfg, attach, detach)

@@ -29,6 +29,14 @@ function M.detach(bufnr)
   end
 end
 
+--- Asks for the buffer's inline completion again, as the cursor moving would: the built-in's own
+--- autocmd (its group is named after the buffer) requests after its short debounce.
+---@param bufnr integer
+function M.refresh(bufnr)
+  local group = ("nvim.lsp.inline_completion:%d"):format(bufnr)
+  pcall(api.nvim_exec_autocmds, "CursorMovedI", { group = group, modeline = false })
+end
+
 --- The text shown as ghost text, read back from the built-in's extmarks; nil when none.
 ---@param bufnr integer
 ---@return string?

@@ -211,6 +211,14 @@ local function schedule_request(bufnr)
   end))
 end
 
+--- Asks for the buffer's inline completion again at once (the suggestion at the cursor grew).
+---@param bufnr integer
+function M.refresh(bufnr)
+  if buffers[bufnr] then
+    request(bufnr)
+  end
+end
+
 ---@param bufnr integer
 function M.attach(bufnr)
   if buffers[bufnr] then
