@@ -15,6 +15,8 @@ import time
 import pytest
 from tiny_models import STDLIB
 
+from memosight_lsp.completion.latency import MIN_PROMPT_TOKENS
+from memosight_lsp.completion.prompt import MARKER_RESERVE
 from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
 from memosight_lsp.config import ModelSettings
@@ -120,8 +122,11 @@ def test_nothing_kept_the_first_completion_runs_on_defaults_and_times_nothing(lo
     assert trunk.kernels is defaults  # nothing timed
     assert due == [1, 1]  # each answer says it is due while something is pending
     assert not calibration_cache.cache_file().exists()
-    # The first completion's prefill is the first sample of the rate: the next is sized by it.
+    # With no rate yet its prompt was small; its prefill is the first sample of the rate, and
+    # the next cold prompt is sized by it (the tiny model prefills fast: the whole budget).
+    assert fast.prompt_tokens <= MIN_PROMPT_TOKENS + MARKER_RESERVE
     assert engine.prefill_rate.samples >= 1
+    assert engine.latency_budget(request()).prompt_tokens > MIN_PROMPT_TOKENS
 
 
 def test_measuring_gives_way_keeps_each_finished_step_and_then_caches(loaded):

@@ -20,10 +20,12 @@ so a keystroke during a long prefill waits for one chunk at most.
 
 A server's first sample comes from the calibration kept for this machine and model at load, or
 else from its first prefill (completion/calibration.py: nothing is timed before the first
-answer); the rate then follows every prefill of at least MIN_SAMPLE_TOKENS as a moving average;
-the sizes move only when it moves by more than SETTLE_RATIO (a prompt that changes size is
-prefilled again from its first token). Engines that never measured a rate (one-shot CLI and
-benchmark engines) pack the whole budget, as before.
+answer), whose prompt is then MIN_PROMPT_TOKENS whatever the model's speed (`cautious`: a
+whole budget on an unknown, slow model can take longer than a person waits). The rate then
+follows every prefill of at least MIN_SAMPLE_TOKENS as a moving average; the sizes move only
+when it moves by more than SETTLE_RATIO (a prompt that changes size is prefilled again from its
+first token). Engines that never measured a rate (one-shot CLI and benchmark engines) pack the
+whole budget, as before.
 """
 
 from __future__ import annotations
@@ -105,11 +107,28 @@ def _steps(tokens: float, quantum: int = QUANTUM) -> int:
 
 
 def latency_budget(
-    budget_tokens: int, rate: float | None, first_response_ms: int, *, suffix_first: bool
+    budget_tokens: int,
+    rate: float | None,
+    first_response_ms: int,
+    *,
+    suffix_first: bool,
+    cautious: bool = False,
 ) -> LatencyBudget:
     """The sizes for a context budget of `budget_tokens` (already within the model's positions),
     a settled prefill `rate` (tokens/s, None: not measured) and the first-response deadline
-    (0: none). Without a rate or a deadline: the whole budget, unbounded suffix, one pass."""
+    (0: none). Without a rate or a deadline: the whole budget, unbounded suffix, one pass; but
+    `cautious` (a server whose rate is not measured yet: its first prompt) without a rate:
+    MIN_PROMPT_TOKENS, whatever the model's speed, until a prefill measures it."""
+    if rate is None and cautious and first_response_ms > 0:
+        small = min(budget_tokens, MIN_PROMPT_TOKENS)
+        suffix = None if suffix_first else MIN_SUFFIX_TOKENS
+        return LatencyBudget(
+            prompt_tokens=small,
+            max_prompt_tokens=small,
+            suffix_tokens=suffix,
+            prefill_chunk=0,
+            rate=None,
+        )
     if rate is None or first_response_ms <= 0 or budget_tokens <= MIN_PROMPT_TOKENS:
         return LatencyBudget(
             prompt_tokens=budget_tokens,

@@ -271,6 +271,7 @@ class CompletionEngine:
             self.prefill_rate.settled,
             request.first_response_ms,
             suffix_first=fim is not None and fim.suffix_first,
+            cautious=self.time_passes,  # a server's first prompt, before any rate: small
         )
 
     def latency(self, request: CompletionRequest) -> dict[str, Any]:
