@@ -1,4 +1,5 @@
-# Quick start:  make demo  (set up, then complete a sample file with the embedded model)
+# Quick start:  make demo  (set up, then complete a sample file with the code model that
+#                          model.path "auto" finds on this machine, else the embedded model)
 #               make test  (lint, type check, Python + Neovim + VS Code tests)
 # A real model: make demo MODEL=~/models/qwen2.5-coder-0.5b-instruct.gguf  (a .gguf file or a
 #               Hugging Face model folder; see README.md, "Use a real model")
@@ -24,9 +25,10 @@ setup: $(BIN)/python
 setup-dev: setup
 	$(BIN)/python -m pip install -q -e ".[dev]"
 
+# Last: what auto found and picked, or the embedded fallback and the one command that fixes it.
 demo: setup
-	$(BIN)/memosight models $(MODEL_ARG)
 	$(BIN)/memosight complete memosight_lsp/samples/quickstart.py --line 18 --character 8 --json $(MODEL_ARG)
+	$(if $(MODEL),$(BIN)/memosight models $(MODEL_ARG),$(BIN)/memosight models --list)
 
 
 lint:

@@ -9,6 +9,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# model.path defaults to "auto": no test (nor a server or command a test starts, which inherit
+# this) may find the developer's own models or a running Ollama. Tests of discovery pass their
+# own environment (tests/test_discovery.py) or set MEMOSIGHT_DISCOVERY=1 with a fake HOME.
+os.environ["MEMOSIGHT_DISCOVERY"] = "0"
+
 from tiny_models import save_tiny_model
 
 from memosight_lsp.engine import native

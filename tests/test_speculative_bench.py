@@ -23,6 +23,8 @@ def test_bench_speed_json_and_plot(tiny_model_dir, tmp_path, capsys):
     assert summary["identical"] == 1.0
     assert summary["timeToFirstToken"]["tokensPrefilledAfterEdit"] <= 3
     assert summary["peakRssMiB"] > 0
+    # The server's precision by default (auto: a model this small stays float32), said so.
+    assert summary["precision"] == "float32" and summary["precisionReason"]
     assert "prompt" in summary["bySourceAlone"]
     assert "samples" in summary["typeThrough"]
     assert summary["timeToFirstTokenFim"]["promptTokens"] > 0

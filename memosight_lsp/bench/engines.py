@@ -67,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", help="the engine's base URL")
     parser.add_argument("--name", help="model.name: the model the engine serves")
     parser.add_argument("--local", metavar="PATH", help="no engine: one in-process model each")
-    parser.add_argument("--dtype", default="float32", help="--local: model.dtype")
-    parser.add_argument("--quantization", default="none", help="--local: model.quantization")
+    # The server's defaults: each editor's server runs what `auto` picks (the report says what).
+    parser.add_argument("--dtype", default="auto", help="--local: model.dtype")
+    parser.add_argument("--quantization", default="auto", help="--local: model.quantization")
     parser.add_argument("--editors", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--keystrokes", type=int, default=300, help="per editor")
     parser.add_argument("--keystroke-ms", type=int, default=100, help="between keystrokes")
@@ -350,6 +351,9 @@ def summarize(args, crew, before, after, metrics_before, metrics_after, wall) ->
         hit_rate["engineRequestsFinished"] = int(finished)
     return {
         "editors": len(crew),
+        # What each in-process model ran in (--local: auto's pick unless asked); None: an engine.
+        "precision": sorted({str(a["modelPrecision"]) for a in after if a.get("modelPrecision")})
+        or None,
         "requests": requests,
         "answered": answered,
         "withSuggestion": sum(e.tally.with_text for e in crew),

@@ -667,6 +667,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             await editor.stop()
         out["memosight"] = {
             "model": started.get("model"),
+            "precision": final.get("modelPrecision"),  # what the server ran (auto's pick)
             "settings": server_options(args),
             "latencyBudget": final.get("latency"),
             **summarize(results["memosight"]),

@@ -13,6 +13,10 @@ which draft source supplied the accepted tokens, time to first token cold vs aft
 one-character edit on a long prompt, and peak memory. With --repeats N every path is timed N
 times per sample, the paths taking turns, and the fastest run of each is reported.
 
+The precision is the server's by default (`auto`: measured once per model and machine, e.g.
+int4 weights on a CPU with AVX-512 VNNI); the summary says which one ran (`precision`).
+`--dtype float32 --quantization none` is the lossless reference.
+
 --llama-server URL sends the very same prompt token ids to a llama.cpp server holding the same
 weights (`/completion`, greedy, `cache_prompt` off so each prompt is prefilled as here) and
 reports its prefill and decode rates beside ours, per sample and as medians. --no-hf leaves out
@@ -528,9 +532,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--model", default=None, help="model folder or .gguf file (default: the embedded one)"
     )
     parser.add_argument(
-        "--dtype", default="float32", help="float32 (default: lossless), bfloat16, auto"
+        "--dtype",
+        default="auto",
+        help="auto (default: what the server runs), float32 (with --quantization none: the "
+        "lossless reference), bfloat16",
     )
-    parser.add_argument("--quantization", default="none", help="none (default), int8, int4, auto")
+    parser.add_argument("--quantization", default="auto", help="auto (default), none, int8, int4")
     parser.add_argument("--no-hf", action="store_true", help="leave out transformers generate")
     parser.add_argument(
         "--llama-server", metavar="URL", help="also run the prompts on this llama.cpp server"
@@ -619,6 +626,8 @@ def main(argv: list[str]) -> int:
     summary["peakRssMiB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     summary["decoder"] = decoder.describe()
     summary["model"] = loaded.describe()
+    summary["precision"] = loaded.precision.describe()  # what ran: auto's pick or what was asked
+    summary["precisionReason"] = loaded.precision.reason
     summary["threads"] = torch.get_num_threads()
     summary["maxNewTokens"] = args.max_new_tokens
     report = {"summary": summary, "samples": rows}

@@ -13,8 +13,11 @@ from memosight_lsp.completion.positions import utf16_to_index
 from memosight_lsp.completion.remote import RemoteCompletionEngine
 from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import BackendName, Device, Dtype, ModelSettings, Quantization
+from memosight_lsp.discovery.resolve import Resolved, load_resolved, resolve
 from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
 from memosight_lsp.workspace.files import is_binary
+
+EMBEDDED = "embedded"  # --model's name for the embedded model (model.path: null)
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +26,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--model",
         metavar="PATH",
-        help="a local Hugging Face model folder or a .gguf file (default: the embedded model)",
+        default=defaults.path,
+        help="auto (default): the best code model found on this machine (`memosight models "
+        f"--list`); a .gguf file or a Hugging Face model folder; {EMBEDDED}: the embedded model",
     )
     group.add_argument("--device", default=defaults.device, choices=get_args(Device))
     group.add_argument(
@@ -62,7 +67,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def model_settings_from_args(args: argparse.Namespace) -> ModelSettings:
     return ModelSettings(
-        path=args.model,
+        path=None if args.model == EMBEDDED else args.model,
         device=args.device,
         dtype=args.dtype,
         quantization=args.quantization,
@@ -88,12 +93,26 @@ def remote_engine_from_args(args: argparse.Namespace) -> RemoteCompletionEngine:
     return engine
 
 
+def resolve_from_args(args: argparse.Namespace) -> Resolved:
+    """What --model names (auto: discovery's pick), said on stderr when auto chose or the
+    embedded model serves (the one line a user needs next)."""
+    resolved = resolve(model_settings_from_args(args).path, device=args.device)
+    if resolved.source or resolved.notice:
+        print(f"memosight: {resolved.describe()}", file=sys.stderr)  # noqa: T201
+    return resolved
+
+
 def engine_from_args(args: argparse.Namespace) -> CompletionEngine | RemoteCompletionEngine:
-    """The model in this process (loaded), or the serving engine --backend names."""
+    """The model in this process (loaded), or the serving engine --backend names (or auto
+    found serving a code model on loopback)."""
     if args.backend != "local":
         return remote_engine_from_args(args)
+    resolved = resolve_from_args(args)
+    if resolved.backend != "local":
+        args.backend, args.url, args.name = resolved.backend, resolved.url, resolved.name
+        return remote_engine_from_args(args)
     # One completion: timing the machine's passes would not pay.
-    return CompletionEngine(load_model_from_args(args), time_passes=False)
+    return CompletionEngine(load_model_from_args(args, resolved), time_passes=False)
 
 
 def add_position_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,17 +139,33 @@ def cursor_column(text: str, line: int, character: int) -> int:
     return utf16_to_index(lines[line], character)
 
 
-def load_model_from_args(args: argparse.Namespace) -> LoadedModel:
-    # The folder named on the command line is the user's own choice: pickle weights load too.
-    return load_model(
-        args.model,
-        device=args.device,
-        dtype=args.dtype,
-        quantization=args.quantization,
-        fim_format=args.fim_format,
-        progress=lambda message: print(f"memosight: {message}", file=sys.stderr),  # noqa: T201
-        allow_pickle=True,
-    )
+def load_model_from_args(args: argparse.Namespace, resolved: Resolved | None = None) -> LoadedModel:
+    """The model --model names (resolved here unless given); auto's pick that does not load
+    falls back to the embedded model, said on stderr."""
+    return load_resolved_from_args(args, resolved)[0]
+
+
+def load_resolved_from_args(
+    args: argparse.Namespace, resolved: Resolved | None = None
+) -> tuple[LoadedModel, Resolved]:
+    """The model and what was resolved in the end (auto's pick, or the embedded fallback)."""
+
+    def say(message: str) -> None:
+        print(f"memosight: {message}", file=sys.stderr)  # noqa: T201
+
+    def load(path: str | None) -> LoadedModel:
+        # The folder named on the command line is the user's own choice: pickle weights load too.
+        return load_model(
+            path,
+            device=args.device,
+            dtype=args.dtype,
+            quantization=args.quantization,
+            fim_format=args.fim_format,
+            progress=say,
+            allow_pickle=True,
+        )
+
+    return load_resolved(resolved or resolve_from_args(args), load, progress=say)
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -168,6 +203,8 @@ __all__ = [
     "engine_from_args",
     "fail",
     "load_model_from_args",
+    "load_resolved_from_args",
     "read_source_file",
     "remote_engine_from_args",
+    "resolve_from_args",
 ]

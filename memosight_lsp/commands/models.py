@@ -9,26 +9,40 @@ from .common import (
     add_model_options,
     emit,
     fail,
-    load_model_from_args,
+    load_resolved_from_args,
     remote_engine_from_args,
+    resolve_from_args,
 )
+from .models_list import resolution_json, resolution_lines, run_list
 
 
 def register(sub) -> None:
     parser = sub.add_parser("models", help="show the model in use", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print a JSON object")
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="what model.path auto finds on this machine and which it picks, loading nothing",
+    )
     add_model_options(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list:
+        return run_list(args)
     if args.backend != "local":
         return run_remote(args)
+    resolved = resolve_from_args(args)
+    if resolved.backend != "local":  # auto: a loopback engine serves the code model it found
+        args.backend, args.url, args.name = resolved.backend, resolved.url, resolved.name
+        return run_remote(args)
     try:
-        loaded = load_model_from_args(args)
+        loaded, final = load_resolved_from_args(args, resolved)
     except ModelLoadError as err:
         return fail(str(err))
     info = loaded.describe()
+    info["resolved"] = resolution_json(final)  # how model.path chose it (auto, or named)
     if args.json:
         emit(info, as_json=True)
         return 0
@@ -46,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     if info["gguf"]:
         lines.insert(2, f"GGUF file:    {info['gguf']}")
+    lines += resolution_lines(final)
     emit("\n".join(lines), as_json=False)
     return 0
 

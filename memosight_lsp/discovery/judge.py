@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from memosight_lsp.config import snake_to_camel
 from memosight_lsp.engine.fim import detect_fim_format
 
 from .gguf_header import GgufHeader, HeaderError, read_header
@@ -79,7 +80,7 @@ class Candidate:
         return f"{self.name} ({self.source}, {size}, {fim})"
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {snake_to_camel(k): v for k, v in asdict(self).items()}
         data["usable"] = self.usable
         return data
 

@@ -8,11 +8,17 @@ health check and `memosight models` say the same words.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
+
+from memosight_lsp.config import BackendName
 
 from . import Discovery, discover
 from .servers import DEFAULT_ENGINES
+
+log = logging.getLogger(__name__)
 
 AUTO = "auto"
 EMBEDDED_FALLBACK = "embedded fallback: no code model found"
@@ -21,6 +27,8 @@ EMBEDDED_FALLBACK = "embedded fallback: no code model found"
 FETCH_ACTION = (
     "hf download Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF qwen2.5-coder-0.5b-instruct-q8_0.gguf"
 )
+# A served pick's source -> the model.backend that talks to it.
+BACKEND_OF: dict[str, BackendName] = {"ollama-server": "ollama", "llama.cpp-server": "llama.cpp"}
 FIX = f"run `{FETCH_ACTION}` (or set model.path to a code model's .gguf file or folder)"
 
 
@@ -29,7 +37,8 @@ class Resolved:
     """What to load for a model.path setting."""
 
     path: str | None  # for load_model; None: the embedded model
-    backend: str = "local"  # a loopback engine when `auto` picked one that serves a code model
+    # A loopback engine when `auto` picked one that serves a code model.
+    backend: BackendName = "local"
     url: str | None = None
     name: str | None = None  # how the user knows the pick (an Ollama tag, a repository)
     source: str | None = None  # where `auto` found it
@@ -74,7 +83,7 @@ def resolve(
     if choice.format == "server":
         return Resolved(
             path=None,
-            backend=choice.source.removesuffix("-server"),
+            backend=BACKEND_OF[choice.source],
             url=choice.path,
             name=choice.name,
             source=choice.source,
@@ -101,3 +110,34 @@ def after_failed_load(resolved: Resolved, error: str) -> Resolved:
         notice=f"embedded fallback: {resolved.name} ({resolved.source}) did not load",
         fix="set model.path to another code model's .gguf file or folder",
     )
+
+
+class Named(Protocol):
+    name: str
+
+
+Model = TypeVar("Model", bound=Named)
+
+
+def load_resolved(
+    resolved: Resolved,
+    load: Callable[[str | None], Model],
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Model, Resolved]:
+    """`load(path)` of what `resolved` names, and what was resolved in the end: auto's pick, or
+    the embedded model when that pick did not load (the one place the server and the command
+    line fall back, so both say it the same way). What `load` raises for a path or the embedded
+    model is the caller's to report."""
+    if not resolved.source:  # not auto's pick: a path, or the embedded model
+        return load(resolved.path), resolved
+    try:
+        loaded = load(resolved.path)
+    except Exception as err:  # whatever stops auto's pick from loading: the embedded model serves
+        fallback = after_failed_load(resolved, str(err).strip().splitlines()[0] if str(err) else "")
+        log.warning("model: %s", fallback.describe())
+        if progress is not None:
+            progress(fallback.describe())
+        return load(None), fallback
+    loaded.name = resolved.name or loaded.name  # as the user knows it (an Ollama tag)
+    return loaded, resolved

@@ -157,6 +157,7 @@ def register(server: MemoSightServer) -> None:
             "state": ls.status()["state"],
             "model": ls.host.model_name,
             "modelMessage": ls.host.message,
+            "modelPrecision": ls.host.precision,
             "openDocuments": len(ls.workspace.text_documents),
             "indexes": ls.indexes.summary(),
         }

@@ -5,6 +5,11 @@ With `model.backend` naming a serving engine there is nothing to load: the host 
 RemoteCompletionEngine (completion/remote.py) that asks the engine what it serves, and follows
 the engine's health (ready / error with its message) as the state; requests keep reaching that
 engine, which retries with backoff, so completions resume when the engine is back.
+
+`model.path: "auto"` is resolved on the worker when the load starts (discovery/resolve.py): the
+code model found on this machine, a loopback engine serving one, or the embedded model with a
+notice (`notice`, `fix`: one line each, in the status) that says so and what fixes it; a pick
+that does not load falls back to the embedded model the same way.
 """
 
 from __future__ import annotations
@@ -12,14 +17,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import astuple
-from typing import Literal
+from dataclasses import astuple, replace
+from typing import Any, Literal
 
 from memosight_lsp.backends import BackendConfigError, open_backend
 from memosight_lsp.completion.remote import RemoteCompletionEngine
 from memosight_lsp.completion.scheduler import Job, Scheduler
 from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import ModelSettings
+from memosight_lsp.discovery.resolve import AUTO, Resolved, load_resolved, resolve
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +46,11 @@ class ModelHost:
         self.message = "no model loaded yet"
         self.engine: CompletionEngine | RemoteCompletionEngine | None = None
         self.model_name: str | None = None
+        # Whenever the embedded model serves: one line saying so, and the one action that fixes
+        # it (discovery/resolve.py); None otherwise.
+        self.notice: str | None = None
+        self.fix: str | None = None
+        self.precision: str | None = None  # what the loaded model runs in (None: an engine)
 
     def ensure(self, settings: ModelSettings) -> None:
         """Start loading when these settings were not loaded or attempted yet."""
@@ -50,11 +61,15 @@ class ModelHost:
             self._spec = spec
             self.engine = None
             self.state = "loading"
-            self.message = (
-                f"loading {settings.path or 'the embedded default model'}"
-                if settings.backend == "local"
-                else f"connecting to {settings.backend} at {settings.url or 'its default URL'}"
-            )
+            self.notice = self.fix = self.precision = None
+            if settings.backend != "local":
+                self.message = (
+                    f"connecting to {settings.backend} at {settings.url or 'its default URL'}"
+                )
+            elif settings.path == AUTO:
+                self.message = "looking for a code model on this machine (model.path: auto)"
+            else:
+                self.message = f"loading {settings.path or 'the embedded default model'}"
             self._job = self._scheduler.submit(
                 "__model__", lambda cancelled: self._load(spec, settings), kind="control"
             )
@@ -65,7 +80,7 @@ class ModelHost:
             job.future.result(timeout)
 
     def _load(self, spec: tuple, settings: ModelSettings) -> None:
-        from memosight_lsp.engine.loading import ModelLoadError, load_model
+        from memosight_lsp.engine.loading import ModelLoadError
 
         if spec != self._spec:
             return  # superseded by newer settings before it started
@@ -73,16 +88,17 @@ class ModelHost:
         if settings.backend != "local":
             self._connect(spec, settings)
             return
-        try:
-            loaded = load_model(
-                settings.path,
-                device=settings.device,
-                dtype=settings.dtype,
-                quantization=settings.quantization,
-                fim_format=settings.fim_format,
-                progress=self._progress,
-                allow_pickle=settings.allow_pickle,
+        resolved = self._resolve(spec, settings)
+        if resolved is None:
+            return
+        if resolved.backend != "local":  # auto: a loopback engine serves the code model
+            remote = replace(
+                settings, backend=resolved.backend, url=resolved.url, name=resolved.name
             )
+            self._connect(spec, remote)
+            return
+        try:
+            loaded = self._load_resolved(spec, resolved, settings)
         except ModelLoadError as err:
             self._fail(spec, str(err))
             return
@@ -103,6 +119,7 @@ class ModelHost:
                 return
             self.engine = engine
             self.model_name = loaded.name
+            self.precision = loaded.precision.describe()
             self.state = "ready"
             self.message = (
                 f"{loaded.name} ready ({loaded.num_parameters / 1e6:.1f}M parameters, "
@@ -120,6 +137,41 @@ class ModelHost:
                 engine.calibration.measure(cancelled)
 
         self._scheduler.submit(CALIBRATION_JOB, work, kind="prewarm")
+
+    def _resolve(self, spec: tuple, settings: ModelSettings) -> Resolved | None:
+        """What model.path names (auto: discovery's pick, under a second); None when newer
+        settings superseded these meanwhile."""
+        resolved = resolve(settings.path, device=settings.device)
+        with self._lock:
+            if spec != self._spec:
+                return None
+            self.notice, self.fix = resolved.notice, resolved.fix
+        log.info("model: %s", resolved.describe())
+        if resolved.source:
+            self._progress(f"loading {resolved.name} from {resolved.source} (found by auto)")
+        return resolved
+
+    def _load_resolved(self, spec: tuple, resolved: Resolved, settings: ModelSettings) -> Any:
+        """The resolved model loaded (auto's pick that does not load: the embedded model, with
+        the notice saying so)."""
+        from memosight_lsp.engine.loading import load_model
+
+        def load(path: str | None) -> Any:
+            return load_model(
+                path,
+                device=settings.device,
+                dtype=settings.dtype,
+                quantization=settings.quantization,
+                fim_format=settings.fim_format,
+                progress=self._progress,
+                allow_pickle=settings.allow_pickle,
+            )
+
+        loaded, final = load_resolved(resolved, load, progress=self._progress)
+        with self._lock:
+            if spec == self._spec:
+                self.notice, self.fix = final.notice, final.fix
+        return loaded
 
     def _connect(self, spec: tuple, settings: ModelSettings) -> None:
         """A serving engine instead of a model: probed now (bounded by model.timeoutMs), its

@@ -4,6 +4,7 @@ import * as vscode from 'vscode';
 import { SECTION } from './client';
 import type { Controller } from './controller';
 import { formatContext, formatStats, type ContextResult } from './reports';
+import { fixCommand } from './status';
 
 export const CONTEXT_REQUEST = 'memosight/context';
 export const STATS_REQUEST = 'memosight/stats';
@@ -81,10 +82,32 @@ export async function showStats(controller: Controller, reports: ReportProvider)
   return stats;
 }
 
-/** The status bar's click: a menu of the commands. */
+/** The status menu's item for the embedded fallback's fix (not a registered command). */
+const FIX_ITEM = 'memosight.fixFallback';
+
+/** The embedded fallback's fix: its command copied for a terminal, else the model.path setting. */
+async function fixFallback(fix: string | null): Promise<void> {
+  const command = fixCommand(fix);
+  if (!command) {
+    await vscode.commands.executeCommand('workbench.action.openSettings', `${SECTION}.model.path`);
+    return;
+  }
+  await vscode.env.clipboard.writeText(command);
+  void vscode.window.showInformationMessage(
+    `MemoSight: copied \`${command}\`. Run it in a terminal, then restart the server: model.path "auto" finds the model.`,
+  );
+}
+
+/** The status bar's click: a menu of the commands (first, while the embedded fallback serves,
+ * the one action that fixes it). */
 export async function statusMenu(controller: Controller): Promise<void> {
   const enabled = vscode.workspace.getConfiguration(SECTION).get<boolean>('enable', true);
+  const { notice, fix } = controller.status;
+  const fallback: (vscode.QuickPickItem & { command: string })[] = notice
+    ? [{ label: `$(warning) ${notice}`, detail: fix ?? undefined, command: FIX_ITEM }]
+    : [];
   const items: (vscode.QuickPickItem & { command: string })[] = [
+    ...fallback,
     { label: enabled ? 'Disable completions' : 'Enable completions', command: 'memosight.toggle' },
     { label: 'Show context at cursor', command: 'memosight.showContext' },
     { label: 'Show stats', command: 'memosight.showStats' },
@@ -95,7 +118,9 @@ export async function statusMenu(controller: Controller): Promise<void> {
   const picked = await vscode.window.showQuickPick(items, {
     title: `MemoSight: ${controller.status.state}${controller.status.message ? ` — ${controller.status.message}` : ''}`,
   });
-  if (picked) {
+  if (picked && picked.command === FIX_ITEM) {
+    await fixFallback(fix);
+  } else if (picked) {
     await vscode.commands.executeCommand(picked.command);
   }
 }

@@ -8,6 +8,10 @@ export interface StatusParams {
   message: string;
   model: string | null;
   lastLatencyMs: number | null;
+  /** Whenever the embedded model serves: "embedded fallback: no code model found" (or why). */
+  notice: string | null;
+  /** The one action that ends the fallback (a command in backticks, or a setting to change). */
+  fix: string | null;
 }
 
 /** States the extension itself knows about before/without a server. */
@@ -37,7 +41,15 @@ export function parseStatus(raw: unknown): StatusParams | undefined {
     message: typeof r.message === 'string' ? r.message : '',
     model: typeof r.model === 'string' ? r.model : null,
     lastLatencyMs: latency,
+    notice: typeof r.notice === 'string' && r.notice !== '' ? r.notice : null,
+    fix: typeof r.fix === 'string' && r.fix !== '' ? r.fix : null,
   };
+}
+
+/** The command the server's `fix` names in backticks (what the status menu copies), if any. */
+export function fixCommand(fix: string | null): string | undefined {
+  const match = fix ? /`([^`]+)`/.exec(fix) : null;
+  return match ? match[1] : undefined;
 }
 
 export function formatLatency(ms: number): string {
@@ -54,14 +66,17 @@ export function formatLatency(ms: number): string {
 export function formatStatus(status: StatusParams, lastLatencyMs: number | null = status.lastLatencyMs): StatusView {
   const model = status.model ? `Model: ${status.model}` : 'Model: (none loaded)';
   const latency = lastLatencyMs !== null ? `Last completion: ${formatLatency(lastLatencyMs)}` : 'No completion yet';
-  const detail = status.message ? `${status.message}\n` : '';
+  const notice = status.notice ? `${status.notice}${status.fix ? `\nFix: ${status.fix}` : ''}\n` : '';
+  const detail = (status.message ? `${status.message}\n` : '') + notice;
   const tooltip = (head: string): string => `MemoSight: ${head}\n${detail}${model}\n${latency}\nClick for actions`;
   switch (status.state) {
     case 'loading':
       return { text: '$(loading~spin) MemoSight', tooltip: tooltip('loading model'), severity: 'none' };
     case 'ready': {
       const suffix = lastLatencyMs !== null ? ` ${formatLatency(lastLatencyMs)}` : '';
-      return { text: `$(sparkle) MemoSight${suffix}`, tooltip: tooltip('ready'), severity: 'none' };
+      // The embedded fallback serves: ready, but say so until a real code model is there.
+      const severity = status.notice ? 'warning' : 'none';
+      return { text: `$(sparkle) MemoSight${suffix}`, tooltip: tooltip('ready'), severity };
     }
     case 'disabled':
       return { text: '$(circle-slash) MemoSight', tooltip: tooltip('disabled'), severity: 'warning' };

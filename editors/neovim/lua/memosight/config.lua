@@ -154,7 +154,9 @@ local function check_settings(given, schema, path)
       check(where, value, "table")
       check_settings(value, rule, where)
     elseif rule:sub(-1) == "?" then
-      check(where, value, rule:sub(1, -2), true)
+      if value ~= vim.NIL then -- vim.NIL is sent as null (model.path = vim.NIL: the embedded model)
+        check(where, value, rule:sub(1, -2), true)
+      end
     else
       check(where, value, rule)
     end

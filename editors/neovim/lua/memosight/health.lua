@@ -97,7 +97,9 @@ local function check_setup()
     health.ok("keymaps: " .. table.concat(keys, ", "))
   end
   local model_path = vim.tbl_get(cfg.settings, "model", "path")
-  if type(model_path) == "string" and vim.fn.isdirectory(vim.fn.expand(model_path)) == 0 then
+  local expanded = type(model_path) == "string" and vim.fn.expand(model_path) or nil
+  -- "auto" (the default) is found by the server; a path is a folder or a .gguf file.
+  if expanded and model_path ~= "auto" and vim.fn.isdirectory(expanded) == 0 and vim.fn.filereadable(expanded) == 0 then
     health.error("settings.model.path does not exist: " .. model_path)
   end
   return cfg
@@ -143,6 +145,19 @@ local function check_server(cfg)
   return python
 end
 
+--- The embedded fallback as a warning with its one fix, or how `auto` chose the model.
+---@param resolved table? `resolved` of `memosight models --json`
+local function report_resolution(resolved)
+  if type(resolved) ~= "table" then
+    return
+  end
+  if type(resolved.notice) == "string" then
+    health.warn(("%s (%s)"):format(resolved.notice, tostring(resolved.reason)), { tostring(resolved.fix) })
+  elseif type(resolved.source) == "string" then
+    health.ok(("found by model.path auto, in %s: %s"):format(resolved.source, tostring(resolved.reason)))
+  end
+end
+
 --- Loads the configured model the way the server would (`memosight models --json`).
 ---@param cfg memosight.Config
 ---@param python string
@@ -163,7 +178,7 @@ local function check_model(cfg, python)
   local code, out, err = run(cmd, 60000)
   if code ~= 0 then
     local hint = remote and "start the engine, or fix settings.model.url / settings.model.name"
-      or "set settings.model.path to a local Hugging Face model folder, or reinstall memosight-lsp"
+      or 'set settings.model.path to "auto", a .gguf file or a local model folder, or reinstall memosight-lsp'
     health.error((remote and "the engine does not answer: " or "the model does not load: ")
       .. last_line(err ~= "" and err or out), { hint })
     return
@@ -173,7 +188,7 @@ local function check_model(cfg, python)
     health.warn("`memosight models --json` printed something unexpected: " .. last_line(out))
     return
   end
-  if remote then
+  if remote or info.engine ~= nil then -- auto may pick an engine serving a code model on loopback
     health.ok(("%s at %s serves %s (FIM %s, %s tokens of context)"):format(
       tostring(info.engine),
       tostring(info.url),
@@ -192,6 +207,7 @@ local function check_model(cfg, python)
     info.fimFormat ~= vim.NIL and tostring(info.fimFormat) or "none",
     tonumber(info.loadSeconds) or 0
   ))
+  report_resolution(info.resolved)
 end
 
 local function check_running()
@@ -212,7 +228,9 @@ local function check_running()
     end
   end
   local text = ("status: %s — %s"):format(status.state, status.message)
-  if status.state == "ready" then
+  if status.state == "ready" and status.notice then
+    health.warn(("%s (model %s): %s"):format(text, tostring(status.model), status.notice), { status.fix })
+  elseif status.state == "ready" then
     health.ok(text .. (status.model and (" (model " .. status.model .. ")") or ""))
   elseif status.state == "error" then
     health.error(text, { "see :LspLog, or restart with :MemoSight restart" })

@@ -8,6 +8,8 @@ local M = {}
 ---@field message string
 ---@field model string?
 ---@field lastLatencyMs number?
+---@field notice string? whenever the embedded model serves: "embedded fallback: no code model found" (or why)
+---@field fix string? the one action that ends the fallback
 
 ---@type memosight.Status
 local current = { state = "stopped", message = "server not started", model = nil, lastLatencyMs = nil }
@@ -25,6 +27,8 @@ function M.set(new)
     message = new.message or "",
     model = new.model ~= vim.NIL and new.model or nil,
     lastLatencyMs = new.lastLatencyMs ~= vim.NIL and new.lastLatencyMs or nil,
+    notice = type(new.notice) == "string" and new.notice ~= "" and new.notice or nil,
+    fix = type(new.fix) == "string" and new.fix ~= "" and new.fix or nil,
   }
   vim.api.nvim_exec_autocmds("User", { pattern = "MemoSightStatus", modeline = false })
 end
