@@ -19,6 +19,15 @@ of requests over 300 ms, the first completion after opening a file (its latency,
 until the first non-empty suggestion), and the same per function. `--plot` draws latency over
 the session for both engines.
 
+The pause measure (`--pause-every K`, 0: off): at every K-th keystroke that goes to the model the
+person stops typing for PAUSE_S and looks at the suggestion: what is visible 1 s and 3 s after the
+keystroke (the first answer, replaced by the whole suggestion when the server says it grew and
+the editor asks again, as the clients do), scored against what the person goes on to type; then
+whether what is visible at 3 s is the whole suggestion, among the model calls that had finished by
+then (asking again then is answered from the type-through cache). The pauses' own requests are
+not part of the latency figures. `--busy N` runs N spinning processes beside the server for the
+whole run (bench/busy.py).
+
 llama.vim-style client (the anchor): the 60 lines before the cursor's line as `input_prefix`,
 the cursor's line up to the cursor as `prompt`, the rest of that line and the 20 lines after as
 `input_suffix`, no other files; greedy, `n_predict` 128, `t_max_predict_ms` 1000, the line's
@@ -50,6 +59,9 @@ from typing import Any, Protocol
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
+from memosight_lsp.workspace import language_for
+
+from .busy import busy
 from .llama_server import LlamaServer, LlamaServerError
 from .speed import HELD_OUT_PACKAGES
 
@@ -57,6 +69,8 @@ SLOW_MS = 300.0
 LLAMA_PREFIX_LINES, LLAMA_SUFFIX_LINES = 60, 20
 LLAMA_CACHE_LOOKBACK = 128  # characters llama.vim removes from the end when looking up its cache
 REQUEST_TIMEOUT_S = 120.0
+PAUSE_S = 3.0  # a pause's length; what is visible is read at each of PAUSE_LOOKS
+PAUSE_LOOKS = (1.0, 3.0)
 
 
 # -- what is typed -----------------------------------------------------------------------------
@@ -213,9 +227,58 @@ class Editor(Protocol):
 
     async def suggest(self, line: int, character: int) -> str | None: ...
 
+    async def pause(self, line: int, character: int, started: float, shown: str | None) -> Pause:
+        """The person stops typing after the request sent at `started` (perf_counter) answered
+        `shown`: what they see over PAUSE_S."""
+        ...
+
     async def close(self) -> None: ...
 
     async def counters(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pause:
+    """What a person who stopped typing after a keystroke saw."""
+
+    visible: tuple[tuple[float, str | None], ...]  # (seconds after the keystroke, text) changes
+    whole: str | None  # the whole suggestion, when the model call had finished by PAUSE_S
+    finished: bool
+
+    def at(self, seconds: float) -> str | None:
+        """The text visible `seconds` after the keystroke."""
+        text = None
+        for when, shown in self.visible:
+            if when <= seconds:
+                text = shown
+        return text
+
+
+def pause_scores(pauses: Sequence[tuple[Pause, str]]) -> dict[str, Any]:
+    """Pauses with the text the person went on to type: per look, the share showing something and
+    the characters of it the person then typed; the share of finished calls whose whole
+    suggestion was visible by the last look."""
+    if not pauses:
+        return {"pauses": 0}
+    out: dict[str, Any] = {"pauses": len(pauses)}
+    for look in PAUSE_LOOKS:
+        shown = [(p.at(look) or "", rest) for p, rest in pauses]
+        out[f"nonEmptyAt{look:g}s"] = round(sum(bool(t) for t, _ in shown) / len(shown), 4)
+        out[f"typedCharsAt{look:g}s"] = sum(len(_common_prefix(t, rest)) for t, rest in shown)
+    finished = [p for p, _ in pauses if p.finished]
+    last = PAUSE_LOOKS[-1]
+    out["finishedBy3s"] = len(finished)
+    out["wholeAt3s"] = (
+        round(sum(p.at(last) == p.whole for p in finished) / len(finished), 4) if finished else None
+    )
+    return out
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
 
 
 def plain(value: Any) -> Any:
@@ -242,10 +305,15 @@ class MemoSightEditor:
         self.statuses: list[dict[str, Any]] = []
         self.uri = ""
         self.version = 0
+        self.updates: list[dict[str, Any]] = []  # memosight/completionUpdated, as they came
 
         @self.client.feature("memosight/status")
         def status(params: Any) -> None:
             self.statuses.append(plain(params))
+
+        @self.client.feature("memosight/completionUpdated")
+        def updated(params: Any) -> None:
+            self.updates.append(plain(params))
 
     async def start(self, timeout_s: float = 900) -> dict[str, Any]:
         env = dict(os.environ)
@@ -286,10 +354,14 @@ class MemoSightEditor:
     async def open(self, target: Target, text: str, line: int, character: int) -> None:
         self.uri = target.path.as_uri()
         self.version = 1
+        spec = language_for(str(target.path), None)
         self.client.text_document_did_open(
             types.DidOpenTextDocumentParams(
                 text_document=types.TextDocumentItem(
-                    uri=self.uri, language_id="python", version=1, text=text
+                    uri=self.uri,
+                    language_id=spec.name if spec else "plaintext",
+                    version=1,
+                    text=text,
                 )
             )
         )
@@ -330,6 +402,33 @@ class MemoSightEditor:
         items = result.items if isinstance(result, types.InlineCompletionList) else result or []
         text = items[0].insert_text if items else None
         return text if isinstance(text, str) and text else None
+
+    async def pause(self, line: int, character: int, started: float, shown: str | None) -> Pause:
+        """As the editors do: when the server says the suggestion at this cursor grew, ask again
+        and show the answer. At PAUSE_S, ask once more: a type-through hit means the model call
+        had finished, and its answer is the whole suggestion."""
+        visible = [(time.perf_counter() - started, shown)]
+        seen = len(self.updates)
+        while (left := PAUSE_S - (time.perf_counter() - started)) > 0:
+            fresh = [u for u in self.updates[seen:] if self._here(u, line, character)]
+            seen = len(self.updates)
+            if fresh:
+                text = await self.suggest(line, character)
+                visible.append((time.perf_counter() - started, text))
+                continue
+            await asyncio.sleep(min(0.02, left))
+        hits = (await self.stats()).get("typeThroughHits", 0)
+        whole = await self.suggest(line, character)
+        finished = (await self.stats()).get("typeThroughHits", 0) > hits
+        return Pause(visible=tuple(visible), whole=whole, finished=finished)
+
+    def _here(self, update: dict[str, Any], line: int, character: int) -> bool:
+        document, position = update.get("textDocument") or {}, update.get("position") or {}
+        return (
+            document.get("uri") == self.uri
+            and document.get("version") == self.version
+            and (position.get("line"), position.get("character")) == (line, character)
+        )
 
     async def close(self) -> None:
         self.client.text_document_did_close(
@@ -420,6 +519,12 @@ class LlamaVimEditor:
         self.cache[self.key(prefix + middle + "\u00ce" + suffix)] = result.text
         return result.text.rstrip() or None
 
+    async def pause(self, line: int, character: int, started: float, shown: str | None) -> Pause:
+        """llama.vim shows its one answer; nothing changes while the person waits."""
+        answered = time.perf_counter() - started
+        await asyncio.sleep(max(0.0, PAUSE_S - answered))
+        return Pause(visible=((answered, shown),), whole=shown, finished=answered <= PAUSE_S)
+
     async def close(self) -> None:
         self.lines = []
 
@@ -442,6 +547,8 @@ class Typing:
     accepts: int = 0
     latencies: list[float] = field(default_factory=list)
     timeline: list[tuple[float, float]] = field(default_factory=list)  # (seconds, ms)
+    pauses: list[tuple[Pause, str]] = field(default_factory=list)  # and what was typed next
+    model_keystrokes: int = 0  # keystrokes whose request went to the model
 
     @classmethod
     def of(cls, target: Target) -> Typing:
@@ -487,11 +594,17 @@ async def type_function(
     last_key = 0.0
     while True:
         line, character = typing.cursor()
+        calls = (await editor.counters()).get("modelCalls", 0) if args.pause_every else 0
         started = time.perf_counter()
         suggestion = await editor.suggest(line, character)
         elapsed = (time.perf_counter() - started) * 1000
         typing.latencies.append(elapsed)
         typing.timeline.append((started - clock_start, elapsed))
+        if args.pause_every and (await editor.counters()).get("modelCalls", 0) > calls:
+            typing.model_keystrokes += 1
+            if typing.model_keystrokes % args.pause_every == 0:
+                pause = await editor.pause(line, character, started, suggestion)
+                typing.pauses.append((pause, typing.remaining))
         if first_ms is None:
             first_ms = elapsed
         if suggestion and first_suggestion_s is None:
@@ -533,7 +646,9 @@ async def type_function(
         "firstSuggestionS": round(first_suggestion_s, 3) if first_suggestion_s else None,
         **{key: after[key] - before.get(key, 0) for key in after},
         **latency_summary(typing.latencies),
+        "pause": pause_scores(typing.pauses),
         "timeline": typing.timeline,
+        "pauses": typing.pauses,
     }
 
 
@@ -580,6 +695,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             else None
         ),
         "cutOff": sum(row["cutOff"] for row in rows),
+        "pause": pause_scores([p for row in rows for p in row["pauses"]]),
     }
 
 
@@ -653,6 +769,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "keystrokeMs": args.keystroke_ms,
         "openPauseMs": args.open_pause_ms,
         "maxSeconds": args.max_seconds,
+        "pauseEvery": args.pause_every,
     }
     results: dict[str, list[dict[str, Any]]] = {}
     if not args.no_memosight:
@@ -683,7 +800,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             **summarize(results["llama.cpp"]),
         }
     out["perFunction"] = {
-        name: [{k: v for k, v in row.items() if k != "timeline"} for row in rows]
+        name: [{k: v for k, v in row.items() if k not in ("timeline", "pauses")} for row in rows]
         for name, rows in results.items()
     }
     if args.plot and results:
@@ -715,13 +832,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--server-log", type=Path, help="the server's log (-vv) goes here")
     parser.add_argument("--plot", type=Path, help="latency over the session, as a PNG")
     parser.add_argument("--timeline", type=Path, help="write every request's latency (JSON)")
+    parser.add_argument(
+        "--pause-every",
+        type=int,
+        default=8,
+        help="pause at every K-th keystroke that goes to the model (0: never)",
+    )
+    parser.add_argument("--busy", type=int, default=0, help="spinning processes beside it")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        result = asyncio.run(measure(args))
+        with busy(args.busy):
+            result = asyncio.run(measure(args))
+        result["busyProcesses"] = args.busy
     except LlamaServerError as err:
         sys.stderr.write(f"error: {err}\n")
         return 2

@@ -19,6 +19,7 @@ BENCHMARKS = {
     "fuzz": "fuzz",
     "soak": "soak",
     "packing": "packing",
+    "probe": "probe",
     "corpora": "corpora",
 }
 
