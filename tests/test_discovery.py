@@ -224,8 +224,13 @@ def test_hugging_face_cache_folders_and_env_paths(home, tmp_path, tiny_code_fold
     mine = tmp_path / "mine" / "model.gguf"
     mine.parent.mkdir()
     shutil.copy(tiny_code_gguf, mine)
+    store = tmp_path / "store" / "sub"  # a folder of $MEMOSIGHT_MODELS: files are sniffed
+    store.mkdir(parents=True)
+    shutil.copy(tiny_code_gguf, store / "blob0123")
+    (store / "README").write_text("not a model")
+    paths = f"{mine}:{store.parent}"
 
-    found = discover(env=env_of(home, MEMOSIGHT_MODELS=str(mine)), machine=LAPTOP, engines=())
+    found = discover(env=env_of(home, MEMOSIGHT_MODELS=paths), machine=LAPTOP, engines=())
 
     by_name = {c.name: c for c in found.candidates}
     folder = by_name["tiny/Tiny-Coder"]
@@ -242,6 +247,8 @@ def test_hugging_face_cache_folders_and_env_paths(home, tmp_path, tiny_code_fold
     assert folder.parameters == expected
     assert by_name["tiny/Tiny-GGUF/tiny-q8_0.gguf"].format == "gguf"
     assert by_name["model.gguf"].source == "env"
+    assert by_name["blob0123"].source == "env" and by_name["blob0123"].fim == "qwen"
+    assert "README" not in by_name
 
 
 def test_nothing_found_means_the_embedded_model_said_so(home):

@@ -186,96 +186,94 @@ def _model_blob(manifest: Path, root: Path, budget: Budget, name: str) -> Path |
 
 def _hf_cache(root: Path, budget: Budget) -> Iterator[Found]:
     """models--<org>--<name>/snapshots/<revision>: the folder, or the .gguf files in it."""
-    for repo in _entries(root, budget):
-        if not repo.name.startswith("models--") or not _is_dir(repo):
+    for repo, is_dir in _entries(root, budget):
+        if not is_dir or not repo.startswith("models--"):
             continue
-        name = repo.name.removeprefix("models--").replace("--", "/")
-        for snapshot in _entries(repo / "snapshots", budget):
-            if not _is_dir(snapshot):
+        name = repo.removeprefix("models--").replace("--", "/")
+        snapshots = root / repo / "snapshots"
+        for revision, is_dir in _entries(snapshots, budget):
+            snapshot = snapshots / revision
+            if not is_dir:
                 continue
             if is_model_folder(snapshot):
                 yield Found(path=snapshot, source="hf-cache", name=name, format="hf")
                 continue
             for item in _walk(snapshot, "hf-cache", 2, budget):
-                yield Found(
-                    path=item.path,
-                    source="hf-cache",
-                    name=f"{name}/{item.name}",
-                    format=item.format,
-                )
+                label = f"{name}/{item.name}"
+                yield Found(path=item.path, source="hf-cache", name=label, format=item.format)
 
 
 # -- folders of files ------------------------------------------------------------------------
 
 
 def _walk(root: Path, source: str, depth: int, budget: Budget) -> Iterator[Found]:
-    """GGUF files and model folders under root, breadth first, at most `depth` levels down."""
+    """GGUF files and model folders under root, breadth first, at most `depth` levels down.
+    The tools' own folders name their GGUF files .gguf (Ollama's blobs are found through its
+    manifests), so only $MEMOSIGHT_MODELS is sniffed for files without a suffix: opening every
+    file costs far more than listing it."""
     if not root.is_dir():  # a root may be a symlink to a folder; the folders below may not
-        if _is_gguf_path(root):
+        if _gguf_name(root.name) or is_gguf_file(root):  # a file named on purpose
             yield Found(path=root, source=source, name=root.name, format="gguf")
         return
     if is_model_folder(root):
         yield Found(path=root, source=source, name=root.name, format="hf")
         return
+    sniff = source == "env"
     level = [root]
     for _ in range(depth):
         below: list[Path] = []
         for folder in level:
-            for entry in _entries(folder, budget):
-                if entry.name.startswith("."):
+            for name, is_dir in _entries(folder, budget):
+                if name.startswith("."):
                     continue
-                if _is_dir(entry):
-                    if is_model_folder(entry):
-                        yield Found(path=entry, source=source, name=entry.name, format="hf")
+                path = folder / name if is_dir or _gguf_name(name) or sniff else None
+                if path is None:
+                    continue
+                if is_dir:
+                    if is_model_folder(path):
+                        yield Found(path=path, source=source, name=name, format="hf")
                     else:
-                        below.append(entry)
-                elif _is_gguf_path(entry):
-                    yield Found(path=entry, source=source, name=entry.name, format="gguf")
+                        below.append(path)
+                elif _gguf_name(name) or ("." not in name and is_gguf_file(path)):
+                    yield Found(path=path, source=source, name=name, format="gguf")
         level = below
 
 
-def _is_gguf_path(path: Path) -> bool:
-    """A .gguf file that starts a model (the first part of a split one counts), or a file
-    without that suffix that starts with the GGUF magic."""
-    split = SPLIT_PART.search(path.name)
+def _gguf_name(name: str) -> bool:
+    """A .gguf file that starts a model (of a split one, the first part)."""
+    split = SPLIT_PART.search(name)
     if split:
         return split.group(1) == "00001"
-    if path.suffix.lower() == ".gguf":
-        return True
-    return not path.suffix and is_gguf_file(path)
+    return name.lower().endswith(".gguf")
 
 
 def _files_at_depth(root: Path, depth: int, budget: Budget) -> Iterator[Path]:
     level = [root]
     for _ in range(depth - 1):
-        level = [e for f in level for e in _entries(f, budget) if _is_dir(e)]
+        level = [f / name for f in level for name, is_dir in _entries(f, budget) if is_dir]
     for folder in level:
-        for entry in _entries(folder, budget):
-            if not _is_dir(entry):
-                yield entry
+        for name, is_dir in _entries(folder, budget):
+            if not is_dir:
+                yield folder / name
 
 
-def _entries(folder: Path, budget: Budget) -> Iterator[Path]:
-    """The folder's entries, sorted, each one spent from the budget."""
+def _entries(folder: Path, budget: Budget) -> Iterator[tuple[str, bool]]:
+    """(name, is a real folder) of the folder's entries, sorted, each spent from the budget.
+    A symlink to a folder is not a folder here (no loops); the answers come from the listing
+    itself, with no stat per entry."""
+    items: list[tuple[str, bool]] = []
     try:
         with os.scandir(folder) as scan:
-            names = []
             for entry in scan:
                 if not budget.spend(folder):
                     break
-                names.append(entry.name)
+                try:
+                    items.append((entry.name, entry.is_dir(follow_symlinks=False)))
+                except OSError:
+                    items.append((entry.name, False))
     except OSError:
         return
-    for name in sorted(names):
-        yield folder / name
-
-
-def _is_dir(path: Path) -> bool:
-    """A real folder (a symlink to one is not entered)."""
-    try:
-        return path.is_dir() and not path.is_symlink()
-    except OSError:
-        return False
+    yield from sorted(items)
 
 
 def _exists(path: Path) -> bool:
