@@ -164,6 +164,23 @@ end
 local function check_model(cfg, python)
   health.start("Model")
   local model = cfg.settings.model or {}
+  local remote_setting = type(model.backend) == "string" and model.backend ~= "local"
+  if not remote_setting and (model.path == nil or model.path == "auto") then
+    -- What auto finds, without loading it (a first load of a real model can take minutes: the
+    -- running server's section says how that went).
+    local list = { python, "-c", "import sys; from memosight_lsp.cli import main; sys.exit(main())", "models", "--list", "--json" }
+    if type(model.device) == "string" then
+      vim.list_extend(list, { "--device", model.device })
+    end
+    local code, out, err = run(list, 30000)
+    local ok, info = pcall(vim.json.decode, out)
+    if code ~= 0 or not ok or type(info) ~= "table" or type(info.auto) ~= "table" then
+      health.error("`memosight models --list` failed: " .. last_line(err ~= "" and err or out))
+      return
+    end
+    report_resolution(info.auto)
+    return
+  end
   local cmd = { python, "-c", "import sys; from memosight_lsp.cli import main; sys.exit(main())", "models", "--json" }
   local options = {
     ["--model"] = "path", ["--device"] = "device", ["--dtype"] = "dtype", ["--fim-format"] = "fimFormat",
