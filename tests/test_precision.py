@@ -282,3 +282,27 @@ def test_load_model_measures_auto_for_a_large_enough_model(tiny_model_dir, monke
     assert "int4" not in loaded.precision.reason  # its products are too narrow: skipped
     assert loaded.dtype == next(loaded.model.parameters()).dtype
 
+
+def test_models_says_how_the_precision_was_measured_and_remeasures(
+    tiny_model_dir, monkeypatch, capsys
+):
+    from memosight_lsp.cli import main
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    monkeypatch.setattr(precision, "SMALL_MODEL_BYTES", 0)
+    monkeypatch.setattr(precision, "MAX_ATTEMPTS", 1)  # kept at once, busy test machine or not
+    assert main(["models", "--model", str(tiny_model_dir)]) == 0
+    out, err = capsys.readouterr()
+    assert "measuring which precision runs this model fastest here (once)" in err
+    measured = [line for line in out.splitlines() if line.startswith("measured:")]
+    assert len(measured) == 1 and "fastest of" in measured[0] and "load average" in measured[0]
+    assert main(["models", "--model", str(tiny_model_dir), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "measuring" not in err  # cached
+    assert json.loads(out)["precisionMeasured"].startswith(
+        measured[0].split(":", 1)[1].strip()[:10]
+    )
+    assert main(["models", "--model", str(tiny_model_dir), "--remeasure"]) == 0
+    out, err = capsys.readouterr()
+    assert "measuring which precision" in err
+    assert "timings:      measured" in out

@@ -139,14 +139,17 @@ def cursor_column(text: str, line: int, character: int) -> int:
     return utf16_to_index(lines[line], character)
 
 
-def load_model_from_args(args: argparse.Namespace, resolved: Resolved | None = None) -> LoadedModel:
+def load_model_from_args(
+    args: argparse.Namespace, resolved: Resolved | None = None, *, remeasure: bool = False
+) -> LoadedModel:
     """The model --model names (resolved here unless given); auto's pick that does not load
-    falls back to the embedded model, said on stderr."""
-    return load_resolved_from_args(args, resolved)[0]
+    falls back to the embedded model, said on stderr. `remeasure`: measure the `auto` precision
+    again whatever is cached."""
+    return load_resolved_from_args(args, resolved, remeasure=remeasure)[0]
 
 
 def load_resolved_from_args(
-    args: argparse.Namespace, resolved: Resolved | None = None
+    args: argparse.Namespace, resolved: Resolved | None = None, *, remeasure: bool = False
 ) -> tuple[LoadedModel, Resolved]:
     """The model and what was resolved in the end (auto's pick, or the embedded fallback)."""
 
@@ -163,6 +166,7 @@ def load_resolved_from_args(
             fim_format=args.fim_format,
             progress=say,
             allow_pickle=True,
+            remeasure=remeasure,
         )
 
     return load_resolved(resolved or resolve_from_args(args), load, progress=say)

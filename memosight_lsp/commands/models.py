@@ -1,8 +1,12 @@
-"""`memosight models`: which model is in use, where it came from, its FIM format, size, device."""
+"""`memosight models`: which model is in use, where it came from, its FIM format, size, device,
+and when and how its precision was measured; `--remeasure` measures the precision and the
+server's timings of it (pass costs, row kernels, prefill rate) again and keeps them."""
 
 from __future__ import annotations
 
 import argparse
+
+from memosight_lsp.completion.service import CompletionEngine
 
 from .common import (
     ModelLoadError,
@@ -24,6 +28,11 @@ def register(sub) -> None:
         action="store_true",
         help="what model.path auto finds on this machine and which it picks, loading nothing",
     )
+    parser.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="measure the precision (auto) and the timings a server uses again, and keep them",
+    )
     add_model_options(parser)
     parser.set_defaults(run=run)
 
@@ -38,11 +47,15 @@ def run(args: argparse.Namespace) -> int:
         args.backend, args.url, args.name = resolved.backend, resolved.url, resolved.name
         return run_remote(args)
     try:
-        loaded, final = load_resolved_from_args(args, resolved)
+        loaded, final = load_resolved_from_args(args, resolved, remeasure=args.remeasure)
     except ModelLoadError as err:
         return fail(str(err))
     info = loaded.describe()
     info["resolved"] = resolution_json(final)  # how model.path chose it (auto, or named)
+    if args.remeasure:  # what a server would time after its first answer, timed now and kept
+        engine = CompletionEngine(loaded)
+        engine.warm_up()
+        info["calibration"] = engine.calibration.describe()
     if args.json:
         emit(info, as_json=True)
         return 0
@@ -54,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         f"FIM format:   {info['fimFormat'] or 'none (prefix-only prompts)'}",
         f"device:       {info['device']}",
         f"precision:    {info['precision']} ({info['precisionReason']})",
+        *([f"measured:     {info['precisionMeasured']}"] if info["precisionMeasured"] else []),
         f"kernels:      {info['kernels']}",
         f"vocabulary:   {info['vocabSize']} tokens",
         f"load time:    {info['loadSeconds']:.2f} s",
@@ -61,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     if info["gguf"]:
         lines.insert(2, f"GGUF file:    {info['gguf']}")
     lines += resolution_lines(final)
+    if "calibration" in info:
+        lines.append(f"timings:      {info['calibration']['source']}")
     emit("\n".join(lines), as_json=False)
     return 0
 
