@@ -11,15 +11,15 @@ first time a model meets the machine, each candidate is loaded and timed on a on
 float32's on real code (AGREEMENT_FLOOR); the fastest such candidate wins (float32 on
 near-ties). The answer is cached per machine, thread count, torch version, kernels and model.
 
-A busy machine must not fool it (a test run beside the first load once made every pass look 20x
-its cost, cached for good). So each pass size is timed until its fastest repeat stops improving
-(at most MAX_TURNS), and a measurement is provisional when it cannot be trusted: other processes
-kept the cores busy meanwhile (engine/machine.py), a candidate's repeats varied widely, or a
-pass took longer than reading the candidate's weights at a low memory bandwidth allows
-(Limits). A provisional choice serves this load and is measured again at the next one, keeping
-the fastest time of every attempt (a busy machine only slows passes down); after MAX_ATTEMPTS
-it is kept as it stands. The cache records when and how it was measured (`memosight models`
-prints it; `--remeasure` measures again).
+A busy machine must not fool it (a test run beside the first load once made every pass look many
+times its cost, cached for good: docs/speculative.md). So each pass size is timed until its
+fastest repeat stops improving (at most MAX_TURNS), and a measurement is provisional when it
+cannot be trusted: other processes kept the cores busy meanwhile (engine/machine.py), a
+candidate's repeats varied widely, or a pass took longer than reading the candidate's weights
+at a low memory bandwidth allows (Limits). A provisional choice serves this load and is
+measured again at the next one, keeping the fastest time of every attempt (a busy machine only
+slows passes down); after MAX_ATTEMPTS it is kept as it stands. The cache records when and how
+it was measured (`memosight models` prints it; `--remeasure` measures again).
 """
 
 from __future__ import annotations
