@@ -62,9 +62,8 @@ class Calibrator:
         self.prefill_rate = prefill_rate
         self.prompt_tokens = prompt_tokens  # the pass costs are timed on a cache this long
         self.on_switch = on_switch  # the trunk's kernels changed: drop the kept KV caches
-        self.key = calibration_cache.key(
-            loaded.model_digest, loaded.precision.describe(), loaded.kernels()
-        )
+        kernels = "native" if loaded.runs_native else "torch"
+        self.key = calibration_cache.key(loaded.model_digest, loaded.precision.describe(), kernels)
         self.found: Calibration | None = None  # what the cache held at apply_cached
         self.measured: dict[str, Any] = {}  # step -> result, this server's own
         self.on_due: Callable[[], None] | None = None  # the host's: schedule measure()

@@ -50,6 +50,7 @@ class LoadedModel:
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
     gguf: gguf.GgufSummary | None = None  # set when the model came from a .gguf file
     native_kernels: str = "torch's"  # native.describe() when it loaded (its kernels for good)
+    runs_native: bool = False  # whether those are the native ones
     model_digest: str = ""  # of its folder's files (precision.model_digest): cache keys
 
     def kernels(self) -> str:
@@ -235,6 +236,7 @@ def load_model(
     origin = gguf.summary_of(folder)
     half = _may_run_native_kernels(chosen, folder, torch_device)
     native_kernels = native.describe() if half else "torch's"
+    runs_native = half and native.kernels() is not None
     if embedded:
         name = "memosight-default"
     else:
@@ -254,6 +256,7 @@ def load_model(
         stop_token_ids=stop_token_ids(tokenizer, fim),
         gguf=origin,
         native_kernels=native_kernels,
+        runs_native=runs_native,
         model_digest=precision.model_digest(folder),
     )
 

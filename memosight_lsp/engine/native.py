@@ -43,7 +43,6 @@ child runs this file as a script.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import importlib.util
 import json
@@ -298,6 +297,8 @@ def _recent_failure(built: Target) -> str | None:
 
 def _lock_held(folder: Path) -> bool:
     """Whether a live process holds the build lock now (taken and let go at once if not)."""
+    import fcntl  # Unix only, like the kernels (unsupported_reason)
+
     try:
         with (folder / BUILD_LOCK).open("a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -314,6 +315,8 @@ def _lock_held(folder: Path) -> bool:
 
 def _take_lock(handle, wait_s: float) -> bool:
     """flock the build lock, polling for at most `wait_s` (0: one try)."""
+    import fcntl
+
     deadline = time.monotonic() + wait_s
     while True:
         try:

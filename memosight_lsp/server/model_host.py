@@ -133,8 +133,13 @@ class ModelHost:
         cancels it; the next answer schedules it again)."""
 
         def work(cancelled: Callable[[], bool]) -> None:
-            if spec == self._spec and self.engine is engine:
+            if spec != self._spec or self.engine is not engine:
+                return
+            try:
                 engine.calibration.measure(cancelled)
+            except Exception:  # the model answers on defaults; no retry after every answer
+                log.exception("timing the model failed: it runs on default timings")
+                engine.calibration.on_due = None
 
         self._scheduler.submit(CALIBRATION_JOB, work, kind="prewarm")
 
