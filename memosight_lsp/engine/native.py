@@ -175,8 +175,10 @@ def refresh(
         except OSError as err:  # the sources are missing from this install
             state.reason = f"their sources are unreadable: {err}"
             return None
-        if _adopt(state, built) is None and build:
-            if _wait_mode():
+        if _adopt(state, built) is None:
+            if not build:
+                state.reason = "not built here yet: a load that may use them builds them"
+            elif _wait_mode():
                 _build_now(state, built, progress)
             else:
                 _build_in_background(state, built, progress)
