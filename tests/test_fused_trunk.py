@@ -96,7 +96,7 @@ def test_fused_weights_are_shared_with_the_model():
     assert prepare_trunk(model) is trunk  # built once per model
 
 
-def test_row_kernels_are_timed_per_thread_count_and_unused_copies_freed():
+def test_row_kernels_are_timed_once_and_unused_copies_freed():
     model = build("llama").eval()
     trunk = prepare_trunk(model)
     assert isinstance(trunk, FusedTrunk) and trunk.kernels is None
@@ -108,14 +108,18 @@ def test_row_kernels_are_timed_per_thread_count_and_unused_copies_freed():
     copies = [product.copy is not None for product in trunk._products()]
     assert all(copies) == (COPY in kernels.chosen) and len(set(copies)) == 1
     trunk(ids, new_cache(model))
-    assert trunk.kernels is kernels  # timed once per thread count
+    assert trunk.kernels is kernels  # timed once
+    # Under another thread count (a busy machine: engine/core_share.py) few rows take F.linear
+    # rather than a timing inside the request; the choice stays for when the count is back.
     before = torch.get_num_threads()
     torch.set_num_threads(before + 1)
     try:
         trunk(ids, new_cache(model))
-        assert trunk.kernels is not kernels and trunk.kernels.threads == before + 1
+        assert trunk.kernels is kernels
+        assert all(trunk._kernel(rows) == LINEAR for rows in range(1, 9))
     finally:
         torch.set_num_threads(before)
+    assert [trunk._kernel(rows) for rows in range(1, 9)] == [kernels.kernel(r) for r in range(1, 9)]
 
 
 @pytest.mark.parametrize("kernel", [TRANSPOSED, COPY])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from dataclasses import replace
 
 import pytest
 from tiny_models import STDLIB
@@ -125,6 +126,25 @@ def test_no_partial_answer_before_the_deadline(loaded):
         request(200, 0), deadline=time.monotonic() + 3600, on_partial=partials.append
     )
     assert partials == [] and got.stop_reason != "partial"
+
+
+def test_decoding_ends_by_max_wait_with_what_is_verified(loaded):
+    """completion.maxWaitMs bounds the model's work: past it the request ends (stop reason
+    "time") with its verified text cut at a whole word or line, a prefix of the whole answer."""
+    engine, reference = engine_for(loaded, 2000), engine_for(loaded, 2000)
+    requests = [
+        request(line, column, max_new_tokens=64, buffer_id=f"file:///wait{i}.py")
+        for i, (line, column) in enumerate(cursors(10, seed=5))
+    ]
+    wholes = [(req, reference.complete(req)) for req in requests]
+    req, whole = max(wholes, key=lambda pair: pair[1].new_tokens)
+    assert whole.stop_reason != "time" and whole.new_tokens > 4
+    stopped = engine.complete(replace(req, max_wait_ms=0))
+    assert stopped.stop_reason == "time"
+    assert stopped.new_tokens < whole.new_tokens
+    assert whole.text.startswith(stopped.text)
+    if not stopped.text:
+        assert stopped.reason == "nothing verified within completion.maxWaitMs"
 
 
 def test_a_deadline_that_comes_later_is_heard_mid_decode(loaded):

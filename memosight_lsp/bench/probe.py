@@ -81,10 +81,12 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     editor = MemoSightEditor(server_options(args), roots, 0, args.server_log)
     started = await editor.start()
     await editor.wait_indexed()
-    rows = []
+    rows: list[dict[str, Any]] = []
+    latencies: list[float] = []
     try:
         for target, wanted in cases:
             pause, latency, shown = await probe_one(editor, target)
+            latencies.append(latency)
             rows.append(
                 {
                     "position": target.label,
@@ -101,7 +103,6 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await editor.stop()
     answered = [r for r in rows if r["answer"]]
-    latencies = [r["latencyS"] for r in rows]
     last = f"at{PAUSE_LOOKS[-1]:g}s"
     finished = [r for r in rows if r["finished"]]
     return {

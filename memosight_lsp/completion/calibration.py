@@ -64,6 +64,7 @@ class Calibrator:
         self.on_switch = on_switch  # the trunk's kernels changed: drop the kept KV caches
         kernels = "native" if loaded.runs_native else "torch"
         self.key = calibration_cache.key(loaded.model_digest, loaded.precision.describe(), kernels)
+        self.threads = torch.get_num_threads()  # the key's
         self.found: Calibration | None = None  # what the cache held at apply_cached
         self.measured: dict[str, Any] = {}  # step -> result, this server's own
         self.on_due: Callable[[], None] | None = None  # the host's: schedule measure()
@@ -183,6 +184,10 @@ class Calibrator:
         )
         if other_cores is not None and other_cores > self.busy_cores:
             self.source = f"measured, not kept (other processes kept {other_cores:.1f} cores busy)"
+            log.info("calibration: %s", self.source)
+            return
+        if torch.get_num_threads() != self.threads:  # lowered by engine/core_share.py
+            self.source = f"measured on {torch.get_num_threads()} thread(s), not kept"
             log.info("calibration: %s", self.source)
             return
         calibration_cache.write(self.key, calibration)

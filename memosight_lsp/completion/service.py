@@ -20,6 +20,7 @@ from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.engine import compression_policy
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
+from memosight_lsp.engine.core_share import CoreShare
 from memosight_lsp.engine.decoder import Decoder, Generation, StopRules
 from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
 from memosight_lsp.engine.greedy import GreedyDecoder
@@ -76,6 +77,8 @@ class CompletionRequest:
     mid_word: str = _DEFAULTS.completion.mid_word
     # The deadline of `complete(on_partial=...)` and the cold prompt's latency target (0: none).
     first_response_ms: int = _DEFAULTS.completion.first_response_ms
+    # Decoding ends by then with what is verified (the prompt's prefill included).
+    max_wait_ms: int = _DEFAULTS.completion.max_wait_ms
     plain: bool = not _DEFAULTS.completion.speculative  # plain greedy decoding, no acceleration
     # KV compression for long prompts; engine/compression_policy.py decides where it runs.
     kv_compression: compression_policy.KvMode = _DEFAULTS.compression.kv_compression
@@ -101,6 +104,7 @@ class CompletionRequest:
             multiline=settings.completion.multiline,
             mid_word=settings.completion.mid_word,
             first_response_ms=settings.completion.first_response_ms,
+            max_wait_ms=settings.completion.max_wait_ms,
             plain=not settings.completion.speculative,
             kv_compression=settings.compression.kv_compression,
             kv_ratio=settings.compression.kv_ratio,
@@ -214,8 +218,12 @@ class CompletionEngine:
         speculative: bool = True,
         compression: compression_policy.Thresholds | None = None,
         time_passes: bool = True,
+        share_cores: bool = False,
     ) -> None:
         self.loaded = loaded
+        # share_cores (the server): each request runs on the cores other processes leave free
+        # (engine/core_share.py); kept KV caches are dropped when the thread count changes.
+        self.cores = CoreShare() if share_cores and loaded.device.type == "cpu" else None
         # Speculative decoding gives the same tokens as greedy, faster; request.plain opts out.
         # time_passes=False (one-shot use): no timing on the machine (~1 s with the embedded
         # model), default pass costs and F.linear products; same tokens.
@@ -256,6 +264,12 @@ class CompletionEngine:
         request = request or CompletionRequest(text="", line=0, column=0)
         self.calibration.prompt_tokens = self.context_budget(request)
         self.calibration.measure(fresh=True)
+
+    def _share_cores(self) -> None:
+        """Run this request on the cores other processes leave free; a cache computed under
+        another thread count is not kept (its sums may differ in the last bits)."""
+        if self.cores is not None and self.cores.adjust():
+            self.drop_kv_caches()
 
     def drop_kv_caches(self) -> None:
         """Forget every buffer's kept KV cache (the trunk's kernels changed: a cache is exact
@@ -397,8 +411,11 @@ class CompletionEngine:
         """The completion at the request's cursor. With `on_partial`, once time.monotonic()
         passes `deadline` (asked at every step when it is a callable) what is verified so far is
         handed to it (on this thread, cut at a line or word end: postprocess.partial), and again
-        whenever that changes, while decoding goes on; the Completion returned is the whole one."""
+        whenever that changes, while decoding goes on; the Completion returned is the whole one.
+        Decoding ends by request.max_wait_ms with what is verified then (stop reason "time")."""
         started = time.perf_counter()
+        stop_at = time.monotonic() + request.max_wait_ms / 1000
+        self._share_cores()
         cursor = plan_cursor(request)
         if cursor.refused is not None:
             return Completion(text="", reason=cursor.refused)
@@ -426,6 +443,7 @@ class CompletionEngine:
             cancelled=cancelled,
             prefill_chunk=budget.prefill_chunk,
             progress=progress,
+            stop_at=stop_at,
         )
         constraint = HealingConstraint(healed, self.vocabulary, tokenizer) if healed else None
         plan = self.plan(request, len(prompt_ids))
@@ -441,11 +459,11 @@ class CompletionEngine:
         )
         self._observe_prefill(generation)
         raw = generated_text(generation.tokens)
-        text = (
-            ""
-            if generation.stop_reason == "cancelled"
-            else postprocess.finish(raw, situation, multiline)
-        )
+        text = postprocess.finish(raw, situation, multiline)
+        if generation.stop_reason == "cancelled":
+            text = ""
+        elif generation.stop_reason == "time":  # cut short: up to its last whole line or word
+            text = postprocess.partial(raw, situation, multiline)
         self.calibration.answered()  # the first answer is out: timings may follow, when idle
         return Completion(
             text=text,
@@ -472,8 +490,9 @@ class CompletionEngine:
         prompt_tokens: int,
     ) -> Callable[[Sequence[int]], None]:
         """The decoder's progress callback of a request with a deadline: from the deadline on,
-        hands on what is verified whenever it changes (the first time even when empty: the
-        request answers by its deadline whatever it has)."""
+        hands on what is verified whenever it changes, once there is some: an empty answer at
+        the deadline would leave the editor blank until the next keystroke, so a request with
+        nothing verified by then waits for its first text (or the end of decoding)."""
         shown: list[str] = []
         due = deadline if callable(deadline) else lambda: deadline
 
@@ -482,7 +501,7 @@ class CompletionEngine:
                 return
             raw = generated_text(tokens)
             text = postprocess.partial(raw, situation, multiline)
-            if shown and text in ("", shown[0]):
+            if not text or (shown and text == shown[0]):
                 return
             shown[:] = [text]
             on_partial(
@@ -509,13 +528,19 @@ class CompletionEngine:
         done: dict[str, Any] = {"promptTokens": 0, "prefilledTokens": 0, "cancelled": False}
         if request.buffer_id is None or request.plain:
             return done
+        self._share_cores()
         budget = self.latency_budget(request)
         prompt = self.prepare(request, budget=budget)
         prompt_ids = self.loaded.tokenizer.encode(prompt.text, add_special_tokens=True)
         plan = self.plan(request, len(prompt_ids))
         if self._decoder_for(request, plan) is not self.decoder:
             return done  # a compressed decoder prefills its own way
-        rules = StopRules(max_new_tokens=0, cancelled=cancelled, prefill_chunk=budget.prefill_chunk)
+        rules = StopRules(
+            max_new_tokens=0,
+            cancelled=cancelled,
+            prefill_chunk=budget.prefill_chunk,
+            stop_at=time.monotonic() + request.max_wait_ms / 1000,
+        )
         generation = self.decoder.prefill_only(
             self.loaded.model, prompt_ids, rules, buffer_id=request.buffer_id
         )
@@ -613,6 +638,8 @@ class CompletionEngine:
     def _empty_reason(generation: Generation) -> str:
         if generation.stop_reason == "cancelled":
             return "the request was superseded or cancelled"
+        if generation.stop_reason == "time":
+            return "nothing verified within completion.maxWaitMs"
         return "the model suggested nothing useful here (empty after trimming)"
 
 

@@ -377,14 +377,18 @@ class FusedTrunk(HFTrunk):
 
     def _kernel(self, rows: int) -> int:
         """The kernel products over `rows` rows run (row_kernels; timed when first needed,
-        unless a choice was given: use_row_kernels)."""
+        unless a choice was given: use_row_kernels). Under another thread count than the
+        choice was timed with (engine/core_share.py lowers it on a busy machine) F.linear: a
+        timing then would cost the request it runs in, and measure the other job too."""
         if not self.timed_kernels or rows > FEW_ROWS:
             return LINEAR
-        if self.kernels is None or self.kernels.threads != torch.get_num_threads():
+        if self.kernels is None:
             timed = self.time_row_kernels()
             assert timed is not None  # timed_kernels
             self.use_row_kernels(timed)
         assert self.kernels is not None
+        if self.kernels.threads != torch.get_num_threads():
+            return LINEAR
         return self.kernels.kernel(rows)
 
     def time_row_kernels(self, cancelled: Callable[[], bool] | None = None) -> RowKernels | None:

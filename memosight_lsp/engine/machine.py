@@ -52,11 +52,15 @@ class _Sample:
 
 
 class OtherLoad:
-    """Cores other processes kept busy between `start()` and `cores()` (None where /proc is
+    """Cores other processes kept busy between its making and `cores()` (None where /proc is
     not there to tell)."""
 
     def __init__(self) -> None:
         self._start = _sample()
+
+    def seconds(self) -> float:
+        """Wall time since it was made."""
+        return time.monotonic() - self._start.wall
 
     def cores(self) -> float | None:
         end = _sample()

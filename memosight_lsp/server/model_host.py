@@ -106,7 +106,7 @@ class ModelHost:
             log.exception("model load failed")
             self._fail(spec, f"cannot load the model: {type(err).__name__}: {err}".splitlines()[0])
             return
-        engine = CompletionEngine(loaded)
+        engine = CompletionEngine(loaded, share_cores=True)
         try:
             # The machine's timings of this model if kept, else defaults: timed on this worker
             # when it is idle after the first answer, never before it (completion/calibration.py).

@@ -1,0 +1,78 @@
+"""How many threads the model runs on: the cores other processes leave free, up to torch's count.
+
+torch's OpenMP threads wait for each other at every operation, spinning for a while before they
+sleep. When another job keeps the cores busy (a build, a test run beside the editor), one of the
+model's threads is often descheduled and the others spin through their time slices waiting for
+it: a pass can take several times as long as on one thread. So before each request the server
+looks at how much CPU time other processes used since the last look (/proc/stat, on Linux) and
+runs on the cores they leave; with the machine to itself it runs on all of torch's threads
+(spinning is what makes small passes fast). docs/latency.md has the measurements.
+
+A thread is given up when other processes take more than half of its core and taken back when
+they take at most a quarter, so a load near the line does not flip the count at every request.
+A window shorter than MIN_WINDOW_S decides nothing (too few clock ticks to tell).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from memosight_lsp.engine.machine import OtherLoad
+
+log = logging.getLogger(__name__)
+
+MIN_WINDOW_S = 0.3
+DOWN_SHARE = 0.5  # a thread is given up when more than half of its core is taken
+UP_SHARE = 0.25  # ... and taken back when at most a quarter of it is
+
+
+def threads_left(others: float, cpus: int, most: int, current: int) -> int:
+    """The model's thread count when other processes use `others` of `cpus` cores, torch
+    allowing `most` threads and `current` running now: the free cores' share of `most`,
+    rounded (down past half a thread), and taken back up only once at most UP_SHARE of a
+    thread is missing."""
+    target = max(0.0, cpus - others) * most / cpus
+    rounded = max(1, min(most, int(target + DOWN_SHARE)))
+    if rounded > current:
+        return max(current, min(most, int(target + UP_SHARE)))
+    return rounded
+
+
+class CoreShare:
+    """Sets torch's thread count for the calling thread (OpenMP keeps it per thread: call it on
+    the thread that runs the model) from the other processes' load since the last call."""
+
+    def __init__(self, most: int | None = None, cpus: int | None = None) -> None:
+        self.most = most or torch.get_num_threads()
+        self.cpus = cpus or os.cpu_count() or 1
+        self.threads = self.most
+        self._window = OtherLoad()
+
+    def adjust(self) -> bool:
+        """Pick the thread count for the next request; True when it changed."""
+        if self._window.seconds() < MIN_WINDOW_S:
+            self._apply()
+            return False
+        others = self._window.cores()
+        self._window = OtherLoad()
+        if others is None:  # no /proc: nothing to go by
+            return False
+        wanted = threads_left(others, self.cpus, self.most, self.threads)
+        changed = wanted != self.threads
+        if changed:
+            log.info(
+                "other processes use %.1f of %d cores: the model runs on %d thread(s)",
+                others,
+                self.cpus,
+                wanted,
+            )
+            self.threads = wanted
+        self._apply()
+        return changed
+
+    def _apply(self) -> None:
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
