@@ -15,7 +15,7 @@ import time
 import pytest
 from tiny_models import STDLIB
 
-from memosight_lsp.completion.latency import MIN_PROMPT_TOKENS
+from memosight_lsp.completion.latency import MIN_CHUNK_TOKENS, MIN_PROMPT_TOKENS
 from memosight_lsp.completion.prompt import MARKER_RESERVE
 from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
@@ -112,6 +112,9 @@ def test_nothing_kept_the_first_completion_runs_on_defaults_and_times_nothing(lo
     trunk = prepare_trunk(loaded.model)
     assert isinstance(trunk, FusedTrunk) and trunk.kernels is not None
     defaults = trunk.kernels
+    first = engine.latency_budget(request())
+    # The first prompt is prefilled in chunks: a newer request cancels it between two.
+    assert first.prefill_chunk == MIN_CHUNK_TOKENS < first.prompt_tokens
     started = time.perf_counter()
     fast = engine.complete(request(buffer_id="file:///shlex.py"))
     plain = engine.complete(request(plain=True))

@@ -11,6 +11,7 @@ import torch
 
 from memosight_lsp.bench.busy import busy
 from memosight_lsp.engine.core_share import MIN_WINDOW_S, CoreShare, threads_left
+from memosight_lsp.engine.machine import BUSY_CORES
 
 
 @pytest.mark.parametrize(
@@ -52,5 +53,6 @@ def test_processes_spinning_beside_the_model_take_its_threads():
             time.sleep(MIN_WINDOW_S * 3)
             assert share.adjust()
         assert share.threads == 1 and torch.get_num_threads() == 1
+        assert share.others > BUSY_CORES  # the server puts its timings off meanwhile
     finally:
         torch.set_num_threads(before)

@@ -126,7 +126,7 @@ def latency_budget(
             prompt_tokens=small,
             max_prompt_tokens=small,
             suffix_tokens=suffix,
-            prefill_chunk=0,
+            prefill_chunk=MIN_CHUNK_TOKENS,  # a newer request need not wait for all of it
             rate=None,
         )
     if rate is None or first_response_ms <= 0 or budget_tokens <= MIN_PROMPT_TOKENS:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from memosight_lsp.config import Settings
 from memosight_lsp.context import PackedContext, Packing, Rerank, build_context
 from memosight_lsp.context.tokens import TokenCounter
-from memosight_lsp.engine import compression_policy
+from memosight_lsp.engine import compression_policy, machine
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
 from memosight_lsp.engine.core_share import CoreShare
@@ -32,7 +32,7 @@ from memosight_lsp.workspace.languages import language_for
 from . import postprocess
 from .calibration import Calibrator
 from .healing import HealingConstraint, VocabularyText
-from .latency import LatencyBudget, PrefillRate, latency_budget
+from .latency import MIN_CHUNK_TOKENS, LatencyBudget, PrefillRate, latency_budget
 from .policy import CursorSituation, describe_cursor, mid_word_refusal, wants_multiline
 from .positions import split_at
 from .prompt import MARKER_RESERVE, Prompt, build_prompt
@@ -264,6 +264,11 @@ class CompletionEngine:
         request = request or CompletionRequest(text="", line=0, column=0)
         self.calibration.prompt_tokens = self.context_budget(request)
         self.calibration.measure(fresh=True)
+
+    def machine_busy(self) -> bool:
+        """Whether other processes kept the cores busy when the last request started (never
+        known without share_cores)."""
+        return self.cores is not None and self.cores.others > machine.BUSY_CORES
 
     def _share_cores(self) -> None:
         """Run this request on the cores other processes leave free; a cache computed under
@@ -538,7 +543,8 @@ class CompletionEngine:
         rules = StopRules(
             max_new_tokens=0,
             cancelled=cancelled,
-            prefill_chunk=budget.prefill_chunk,
+            # In chunks always: a request arriving meanwhile cancels it between two.
+            prefill_chunk=budget.prefill_chunk or MIN_CHUNK_TOKENS,
             stop_at=time.monotonic() + request.max_wait_ms / 1000,
         )
         generation = self.decoder.prefill_only(

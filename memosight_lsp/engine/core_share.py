@@ -49,6 +49,7 @@ class CoreShare:
         self.most = most or torch.get_num_threads()
         self.cpus = cpus or os.cpu_count() or 1
         self.threads = self.most
+        self.others = 0.0  # cores other processes used in the last window measured
         self._window = OtherLoad()
 
     def adjust(self) -> bool:
@@ -60,6 +61,7 @@ class CoreShare:
         self._window = OtherLoad()
         if others is None:  # no /proc: nothing to go by
             return False
+        self.others = others
         wanted = threads_left(others, self.cpus, self.most, self.threads)
         changed = wanted != self.threads
         if changed:

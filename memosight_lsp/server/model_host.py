@@ -130,10 +130,14 @@ class ModelHost:
 
     def _calibrate_when_idle(self, spec: tuple, engine: CompletionEngine) -> None:
         """After an answer: time what is not kept yet at the lowest priority (any request
-        cancels it; the next answer schedules it again)."""
+        cancels it; the next answer schedules it again). Not while other processes keep the
+        machine busy: such timings are not kept, and would take the cores from requests."""
 
         def work(cancelled: Callable[[], bool]) -> None:
             if spec != self._spec or self.engine is not engine:
+                return
+            if engine.machine_busy():
+                log.debug("calibration: put off while other processes keep the machine busy")
                 return
             try:
                 engine.calibration.measure(cancelled)
