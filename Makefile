@@ -12,7 +12,7 @@ TORCH ?= torch==2.13.0
 MODEL ?=
 MODEL_ARG := $(if $(MODEL),--model $(MODEL),)
 
-.PHONY: setup setup-dev demo test lint typecheck pytest vscode-test clean
+.PHONY: setup setup-dev demo test lint typecheck pytest vscode-test fuzz soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,14 +32,21 @@ demo: setup
 
 
 lint:
-	$(BIN)/ruff check memosight_lsp tests
-	$(BIN)/ruff format --check memosight_lsp tests
+	$(BIN)/ruff check memosight_lsp tests tools
+	$(BIN)/ruff format --check memosight_lsp tests tools
 
 typecheck:
-	$(BIN)/mypy memosight_lsp
+	$(BIN)/mypy memosight_lsp tools
 
 pytest:
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The reliability harness (docs/reliability.md), kept out of the package: `make fuzz ARGS="--seed 3"`.
+fuzz:
+	$(BIN)/python -m tools.reliability.fuzz $(ARGS)
+
+soak:
+	$(BIN)/python -m tools.reliability.soak $(ARGS)
 
 vscode-test:
 	bash editors/vscode/scripts/ci.sh

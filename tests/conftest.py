@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# The tests' support modules (tests/), and the repository root for the reliability tools
+# (tools/reliability/), which are not part of the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 # model.path defaults to "auto": no test (nor a server or command a test starts, which inherit
 # this) may find the developer's own models or a running Ollama. Tests of discovery pass their

@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from raw_session import Session
+from lsp_session import Session
 
 from memosight_lsp.bench import corpora
 from memosight_lsp.bench.probe import positions

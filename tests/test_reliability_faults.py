@@ -14,7 +14,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from raw_session import FAULT_SERVER, Session, no_caches, tiny_options
+from lsp_session import FAULT_SERVER, Session, no_caches
 from transformers import AutoModelForCausalLM
 
 from memosight_lsp.engine.heads import (
@@ -97,7 +97,7 @@ def model_faults(tiny_model_dir, tmp_path_factory):
     corrupt_cache.parent.mkdir(parents=True)
     corrupt_cache.write_bytes(b"\x93\xff not msgpack at all" * 50)
     before = {ws: snapshot(ws) for ws in (readonly_ws, corrupt_ws)}
-    options = tiny_options(model, **no_caches())
+    options = {"model": {"path": str(model)}, "completion": {"maxNewTokens": 8, **no_caches()}}
     with read_only(cache_dir_of(readonly_ws, xdg)) as locked:
         session = Session(
             [readonly_ws, corrupt_ws],

@@ -17,13 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from raw_session import Session
+from lsp_session import Session
 from watchdog.events import FileCreatedEvent, FileDeletedEvent, FileModifiedEvent
 
-from memosight_lsp.bench.stdio import children_of
 from memosight_lsp.workspace import WorkspaceIndex
 from memosight_lsp.workspace.files import iter_source_files
 from memosight_lsp.workspace.watcher import BURST, Watcher
+from tools.reliability.procs import children_of
 
 pytestmark = pytest.mark.slow
 

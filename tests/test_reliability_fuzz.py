@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from memosight_lsp.bench import fuzz
-from memosight_lsp.bench.fuzz import BIG
 from memosight_lsp.server.main import build_server
+from tools.reliability import fuzz
+from tools.reliability.fuzz import BIG
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from raw_session import Session
+from lsp_session import Session
 from transformers import AutoModelForCausalLM
 
 pytestmark = pytest.mark.slow

@@ -1,11 +1,11 @@
 """A short typing soak against the real server: every request answered or cancelled, no error,
-threads and file descriptors flat (the 20-minute run is `memosight bench soak`)."""
+threads and file descriptors flat (the 20-minute run is `make soak ARGS="--minutes 20"`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from memosight_lsp.bench import soak
+from tools.reliability import soak
 
 pytestmark = pytest.mark.slow
 

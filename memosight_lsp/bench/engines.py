@@ -1,7 +1,7 @@
 """`memosight bench engines`: N simulated editors typing against one serving engine.
 
 Each editor is a real language server (`memosight-lsp` over stdio, its own process, driven by
-pygls's LanguageClient) holding one real file of the standard library cut at a line; it types
+bench/lsp_client.py) holding one real file of the standard library cut at a line; it types
 the rest of that file one character at a time, `--keystroke-ms` apart on average (half to twice
 that, seeded). As editors do, it asks for an inline completion once `--debounce-ms` passed
 without a keystroke; a request still open at the next keystroke is cancelled
@@ -37,13 +37,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lsprotocol import types
-from pygls.exceptions import JsonRpcException
-from pygls.lsp.client import LanguageClient
-
 from memosight_lsp.backends import http as engine_http
 from memosight_lsp.backends.vllm import VllmBackend, prefix_cache_counts
 from memosight_lsp.server.stats import percentile
+
+from .lsp_client import (
+    REQUEST_CANCELLED,
+    SERVER_COMMAND,
+    ResponseError,
+    StdioServer,
+    first_text,
+    inline_params,
+    insertion,
+)
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # One file per editor (16 distinct ones), typed from START_LINE on.
@@ -107,8 +113,7 @@ class Editor:
         self.to_type = "\n".join(source[START_LINE:])[: args.keystrokes]
         self.uri = self.path.as_uri()
         self.version = 1
-        self.client = LanguageClient("memosight-bench-engines", "1")
-        self.client.feature("memosight/status")(lambda params: None)  # status bars: not here
+        self.server: StdioServer | None = None
         self.tally = Tally()
         self.pending: tuple[str, asyncio.Future, float] | None = None
         self.requests = 0
@@ -131,65 +136,36 @@ class Editor:
             completion.update(typeThrough=False, precomputeNext=False)
         return {"model": model, "completion": completion}
 
-    async def start(self, workspace: Path) -> None:
-        await self.client.start_io(sys.executable, "-m", "memosight_lsp")
-        await self.client.initialize_async(
-            types.InitializeParams(
-                capabilities=types.ClientCapabilities(),
-                initialization_options=self.options(),
-                workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="bench")],
-            )
-        )
-        self.client.initialized(types.InitializedParams())
-        self.client.text_document_did_open(
-            types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(
-                    uri=self.uri, language_id="python", version=1, text=self.text
-                )
-            )
-        )
+    @property
+    def client(self) -> StdioServer:
+        assert self.server is not None, "start() first"
+        return self.server
 
-    def cursor(self) -> types.Position:
+    async def start(self, workspace: Path) -> None:
+        self.server = StdioServer(SERVER_COMMAND)
+        await self.client.initialize(self.options(), [workspace])
+        document = {"uri": self.uri, "languageId": "python", "version": 1, "text": self.text}
+        self.client.notify("textDocument/didOpen", {"textDocument": document})
+
+    def cursor(self) -> tuple[int, int]:
         line = self.text.count("\n")
-        return types.Position(line=line, character=len(self.text) - self.text.rfind("\n") - 1)
+        return line, len(self.text) - self.text.rfind("\n") - 1
 
     def type_char(self, ch: str) -> None:
-        at = self.cursor()
+        line, character = self.cursor()
         self.version += 1
         self.text += ch
-        self.client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(
-                    uri=self.uri, version=self.version
-                ),
-                content_changes=[
-                    types.TextDocumentContentChangePartial(
-                        range=types.Range(start=at, end=at), text=ch
-                    )
-                ],
-            )
-        )
+        change = insertion(self.uri, self.version, line, character, ch)
+        self.client.notify("textDocument/didChange", change)
 
     def ask(self) -> None:
         """An inline completion request at the cursor; the one still open is cancelled."""
         if self.pending is not None and not self.pending[1].done():
-            self.client.protocol.notify(
-                types.CANCEL_REQUEST, types.CancelParams(id=self.pending[0])
-            )
+            self.client.notify("$/cancelRequest", {"id": self.pending[0]})
         self.ids += 1
         msg_id = f"e{self.number}-{self.ids}"
-        params = types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=self.uri),
-            position=self.cursor(),
-            context=types.InlineCompletionContext(
-                trigger_kind=types.InlineCompletionTriggerKind.Automatic
-            ),
-        )
-        future = asyncio.wrap_future(
-            self.client.protocol.send_request(
-                types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=msg_id
-            )
-        )
+        params = inline_params(self.uri, *self.cursor())
+        future = self.client.send_request("textDocument/inlineCompletion", params, msg_id)
         started = time.perf_counter()
         future.add_done_callback(lambda f: self.record(f, started))
         self.pending = (msg_id, future, started)
@@ -202,7 +178,7 @@ class Editor:
             tally.lost += 1
             return
         err = future.exception()
-        if isinstance(err, JsonRpcException) and err.code == types.LSPErrorCodes.RequestCancelled:
+        if isinstance(err, ResponseError) and err.code == REQUEST_CANCELLED:
             tally.cancelled += 1
             return
         if err is not None:
@@ -210,9 +186,7 @@ class Editor:
             return
         tally.answered += 1
         tally.latencies.append(ms)
-        result = future.result()
-        items = result.items if isinstance(result, types.InlineCompletionList) else result or []
-        if items and items[0].insert_text:
+        if first_text(future.result()):
             tally.with_text += 1
 
     async def type_all(self) -> None:
@@ -248,23 +222,10 @@ class Editor:
             pass  # recorded by record()
 
     async def stats(self) -> dict[str, Any]:
-        result = await self.client.protocol.send_request_async("memosight/stats", {})
-        return plain(result)
+        return await self.client.call("memosight/stats", {})
 
     async def stop(self) -> None:
-        try:
-            await asyncio.wait_for(self.client.shutdown_async(None), 10)
-            self.client.exit(None)
-        finally:
-            await self.client.stop()
-
-
-def plain(value: Any) -> Any:
-    if hasattr(value, "_asdict"):
-        return {k: plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
+        await self.client.shutdown(10)
 
 
 async def wait_ready(editor: Editor, timeout_s: float = 300) -> None:

@@ -1,4 +1,4 @@
-"""`memosight bench latency`: the real server over stdio, driven by a real LSP client.
+"""`memosight bench latency`: the real server over stdio, driven by a JSON-RPC client.
 
 Prints JSON with
 - typeThrough: server-side latency of a type-through hit (p50/p99; goal p99 < 5 ms) and the
@@ -20,8 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lsprotocol import types
-from pygls.lsp.client import LanguageClient
+from .lsp_client import SERVER_COMMAND, StdioServer, first_text, inline_params, insertion
 
 SOURCE_FILE = Path(sysconfig.get_paths()["stdlib"]) / "argparse.py"
 
@@ -34,14 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--read-ms", type=int, default=600, help="time the user reads a hint")
     parser.add_argument("--device", default="cpu")
     return parser
-
-
-def plain(value: Any) -> Any:
-    if hasattr(value, "_asdict"):
-        return {k: plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
 
 
 def test_file(lines: int) -> list[str]:
@@ -59,7 +50,7 @@ def cursors(rows: list[str], count: int) -> list[tuple[int, int]]:
 
 
 class Bench:
-    def __init__(self, client: LanguageClient) -> None:
+    def __init__(self, client: StdioServer) -> None:
         self.client = client
         self.uris = 0
 
@@ -69,54 +60,27 @@ class Bench:
         rows[line] = rows[line][:column]
         self.uris += 1
         uri = f"file:///bench/latency_{self.uris}.py"
-        self.client.text_document_did_open(
-            types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(
-                    uri=uri, language_id="python", version=1, text="\n".join(rows) + "\n"
-                )
-            )
-        )
+        text = "\n".join(rows) + "\n"
+        document = {"uri": uri, "languageId": "python", "version": 1, "text": text}
+        self.client.notify("textDocument/didOpen", {"textDocument": document})
         return uri, rows
 
     async def inline(self, uri: str, line: int, character: int) -> tuple[str | None, float]:
         started = time.perf_counter()
-        result = await self.client.text_document_inline_completion_async(
-            types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri=uri),
-                position=types.Position(line=line, character=character),
-                context=types.InlineCompletionContext(
-                    trigger_kind=types.InlineCompletionTriggerKind.Automatic
-                ),
-            )
-        )
+        params = inline_params(uri, line, character)
+        result = await self.client.call("textDocument/inlineCompletion", params)
         elapsed = (time.perf_counter() - started) * 1000
-        if isinstance(result, types.InlineCompletionList):
-            items = list(result.items)
-        else:
-            items = list(result or [])
-        text = items[0].insert_text if items else None
-        return (text if isinstance(text, str) else None), elapsed
+        return first_text(result), elapsed
 
     def insert(self, uri: str, version: int, line: int, character: int, text: str) -> None:
-        at = types.Position(line=line, character=character)
-        self.client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-                content_changes=[
-                    types.TextDocumentContentChangePartial(
-                        range=types.Range(start=at, end=at), text=text
-                    )
-                ],
-            )
-        )
+        self.client.notify("textDocument/didChange", insertion(uri, version, line, character, text))
 
     async def stats(self) -> dict[str, Any]:
-        return plain(await self.client.protocol.send_request_async("memosight/stats", {}))
+        return await self.client.call("memosight/stats", {})
 
     def configure(self, **completion: Any) -> None:
-        self.client.workspace_did_change_configuration(
-            types.DidChangeConfigurationParams(settings={"memosight": {"completion": completion}})
-        )
+        settings = {"memosight": {"completion": completion}}
+        self.client.notify("workspace/didChangeConfiguration", {"settings": settings})
 
 
 def after(line: int, character: int, text: str) -> tuple[int, int]:
@@ -127,18 +91,12 @@ def after(line: int, character: int, text: str) -> tuple[int, int]:
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    client = LanguageClient("memosight-bench", "1")
-    await client.start_io(sys.executable, "-m", "memosight_lsp")
+    client = StdioServer(SERVER_COMMAND)
     options = {
         "model": {"path": args.model, "device": args.device},
         "completion": {"maxNewTokens": 16, "multiline": "always", "precomputeNext": False},
     }
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(), initialization_options=options
-        )
-    )
-    client.initialized(types.InitializedParams())
+    await client.initialize(options)
     bench = Bench(client)
     rows = test_file(args.lines)
     spots = cursors(rows, args.samples)
@@ -184,9 +142,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             accept_ms.append(ms)
         final = await bench.stats()
     finally:
-        await client.shutdown_async(None)
-        client.exit(None)
-        await client.stop()
+        await client.shutdown()
     new_tokens = mid["meanTokens"]
     return {
         "model": final["model"],

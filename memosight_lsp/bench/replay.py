@@ -56,13 +56,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from lsprotocol import types
-from pygls.lsp.client import LanguageClient
-
 from memosight_lsp.workspace import language_for
 
 from .busy import busy
 from .llama_server import LlamaServer, LlamaServerError
+from .lsp_client import SERVER_COMMAND, StdioServer, first_text, inline_params, insertion
 from .speed import HELD_OUT_PACKAGES
 
 SLOW_MS = 300.0
@@ -281,16 +279,8 @@ def _common_prefix(a: str, b: str) -> str:
     return a[:n]
 
 
-def plain(value: Any) -> Any:
-    if hasattr(value, "_asdict"):
-        return {k: plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
-
-
 class MemoSightEditor:
-    """The real server over stdio, driven by pygls's LanguageClient."""
+    """The real server over stdio, driven by the JSON-RPC client (lsp_client.py)."""
 
     name = "memosight"
 
@@ -301,36 +291,26 @@ class MemoSightEditor:
         self.roots = roots
         self.threads = threads
         self.log = log
-        self.client = LanguageClient("memosight-replay", "1")
+        self.server: StdioServer | None = None
         self.statuses: list[dict[str, Any]] = []
         self.uri = ""
         self.version = 0
         self.updates: list[dict[str, Any]] = []  # memosight/completionUpdated, as they came
 
-        @self.client.feature("memosight/status")
-        def status(params: Any) -> None:
-            self.statuses.append(plain(params))
-
-        @self.client.feature("memosight/completionUpdated")
-        def updated(params: Any) -> None:
-            self.updates.append(plain(params))
+    @property
+    def client(self) -> StdioServer:
+        assert self.server is not None, "start() first"
+        return self.server
 
     async def start(self, timeout_s: float = 900) -> dict[str, Any]:
         env = dict(os.environ)
         if self.threads:
             env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
         logging = ["--log-file", str(self.log), "-vv"] if self.log else []
-        await self.client.start_io(sys.executable, "-m", "memosight_lsp", *logging, env=env)
-        await self.client.initialize_async(
-            types.InitializeParams(
-                capabilities=types.ClientCapabilities(),
-                initialization_options=self.options,
-                workspace_folders=[
-                    types.WorkspaceFolder(uri=root.as_uri(), name=root.name) for root in self.roots
-                ],
-            )
-        )
-        self.client.initialized(types.InitializedParams())
+        self.server = StdioServer([*SERVER_COMMAND, *logging], env=env)
+        self.server.handlers["memosight/status"] = self.statuses.append
+        self.server.handlers["memosight/completionUpdated"] = self.updates.append
+        await self.client.initialize(self.options, self.roots)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             states = {s.get("state") for s in self.statuses}
@@ -340,7 +320,7 @@ class MemoSightEditor:
         return await self.stats()
 
     async def stats(self) -> dict[str, Any]:
-        return plain(await self.client.protocol.send_request_async("memosight/stats", {}))
+        return await self.client.call("memosight/stats", {})
 
     async def wait_indexed(self, timeout_s: float = 300) -> None:
         """Until every folder's scan has reported its files (the index feeds the context)."""
@@ -355,52 +335,27 @@ class MemoSightEditor:
         self.uri = target.path.as_uri()
         self.version = 1
         spec = language_for(str(target.path), None)
-        self.client.text_document_did_open(
-            types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(
-                    uri=self.uri,
-                    language_id=spec.name if spec else "plaintext",
-                    version=1,
-                    text=text,
-                )
-            )
-        )
-        self.client.protocol.notify(
+        document = {
+            "uri": self.uri,
+            "languageId": spec.name if spec else "plaintext",
+            "version": 1,
+            "text": text,
+        }
+        self.client.notify("textDocument/didOpen", {"textDocument": document})
+        self.client.notify(
             "memosight/cursor",
             {"textDocument": {"uri": self.uri}, "position": {"line": line, "character": character}},
         )
 
     async def insert(self, line: int, character: int, text: str, document: str) -> None:
         self.version += 1
-        at = types.Position(line=line, character=character)
-        self.client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(
-                    uri=self.uri, version=self.version
-                ),
-                content_changes=[
-                    types.TextDocumentContentChangePartial(
-                        range=types.Range(start=at, end=at), text=text
-                    )
-                ],
-            )
-        )
+        change = insertion(self.uri, self.version, line, character, text)
+        self.client.notify("textDocument/didChange", change)
 
     async def suggest(self, line: int, character: int) -> str | None:
-        result = await asyncio.wait_for(
-            self.client.text_document_inline_completion_async(
-                types.InlineCompletionParams(
-                    text_document=types.TextDocumentIdentifier(uri=self.uri),
-                    position=types.Position(line=line, character=character),
-                    context=types.InlineCompletionContext(
-                        trigger_kind=types.InlineCompletionTriggerKind.Automatic
-                    ),
-                )
-            ),
-            REQUEST_TIMEOUT_S,
-        )
-        items = result.items if isinstance(result, types.InlineCompletionList) else result or []
-        text = items[0].insert_text if items else None
+        params = inline_params(self.uri, line, character)
+        result = await self.client.call("textDocument/inlineCompletion", params, REQUEST_TIMEOUT_S)
+        text = first_text(result)
         return text if isinstance(text, str) and text else None
 
     async def pause(self, line: int, character: int, started: float, shown: str | None) -> Pause:
@@ -431,11 +386,7 @@ class MemoSightEditor:
         )
 
     async def close(self) -> None:
-        self.client.text_document_did_close(
-            types.DidCloseTextDocumentParams(
-                text_document=types.TextDocumentIdentifier(uri=self.uri)
-            )
-        )
+        self.client.notify("textDocument/didClose", {"textDocument": {"uri": self.uri}})
 
     async def counters(self) -> dict[str, Any]:
         stats = await self.stats()
@@ -450,11 +401,7 @@ class MemoSightEditor:
         return {key: stats.get(key, 0) for key in keys}
 
     async def stop(self) -> None:
-        try:
-            await asyncio.wait_for(self.client.shutdown_async(None), 30)
-            self.client.exit(None)
-        finally:
-            await self.client.stop()
+        await self.client.shutdown(30)
 
 
 class LlamaVimEditor:

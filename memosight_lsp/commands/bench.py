@@ -8,7 +8,9 @@ import os
 
 from memosight_lsp.engine import native
 
-# bench name -> module under memosight_lsp.bench exposing main(argv: list[str]) -> int
+# bench name -> module under memosight_lsp.bench exposing main(argv: list[str]) -> int. The
+# benchmarks a user runs against their own model; the reliability harness (fuzz, soak) is not
+# shipped: tools/reliability/ in the source tree (docs/reliability.md).
 BENCHMARKS = {
     "speed": "speed",
     "context": "context_recall",
@@ -19,8 +21,6 @@ BENCHMARKS = {
     "quality": "quality",
     "replay": "replay",
     "engines": "engines",
-    "fuzz": "fuzz",
-    "soak": "soak",
     "packing": "packing",
     "probe": "probe",
     "corpora": "corpora",

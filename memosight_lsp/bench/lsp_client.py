@@ -1,14 +1,20 @@
-"""The real server as a subprocess, spoken to in raw bytes over stdio (for the fuzz and soak
-benchmarks, and tests that must send what a well-behaved client never would).
+"""A language server as a subprocess, spoken to in JSON-RPC over stdio: the one LSP client of
+the benchmarks that drive a real server, the reliability tools (tools/reliability/) and the
+tests. Plain json and a reader thread, no LSP library: only server/ imports those.
 
 A thread reads the server's stdout with a strict framing parser: anything on stdout that is not
 a well-formed frame holding a JSON object is counted in `bad_output` (stdout is the protocol).
 Requests from the server (workspace/configuration, window/workDoneProgress/create) are answered
-by `answer_server_request`, which callers may replace.
+by `answer_server_request`, which callers may replace; notifications go to `handlers` by method.
+Requests are synchronous (`request`, for threads) or awaitable (`send_request`, `call`, for
+asyncio), and `write` sends raw bytes, for what a well-behaved client never would send.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import json
 import os
 import subprocess
@@ -31,38 +37,22 @@ def encode(message: Any) -> bytes:
     return frame(json.dumps(message).encode())
 
 
-def proc_status(pid: int) -> dict[str, int]:
-    """rssKiB, threads and fds of a live process, from /proc (empty when it is gone)."""
-    try:
-        fields = dict(
-            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-        )
-        fds = len(os.listdir(f"/proc/{pid}/fd"))
-    except (OSError, ValueError):
-        return {}
-    return {
-        "rssKiB": int(fields["VmRSS"].split()[0]),
-        "threads": int(fields["Threads"]),
-        "fds": fds,
-    }
+# The error code of a request the client cancelled ($/cancelRequest), as LSP defines it.
+REQUEST_CANCELLED = -32800
 
 
-def children_of(pid: int) -> list[int]:
-    """Processes whose parent is `pid` (what a server left running)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry))
-    return found
+class ResponseError(Exception):
+    """An error response to a request: its code and message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
 
 
 class StdioServer:
+    """The server process and the client's end of its stdin and stdout."""
+
     def __init__(
         self,
         command: Sequence[str] = SERVER_COMMAND,
@@ -94,6 +84,10 @@ class StdioServer:
         self.write_lock = threading.Lock()
         self.cond = threading.Condition()
         self.answer_server_request: Callable[[dict], Any] = default_answer
+        # method -> called with the params of each notification from the server (reader thread)
+        self.handlers: dict[str, Callable[[Any], None]] = {}
+        self._ids = itertools.count(1)
+        self._futures: dict[Any, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._reader = threading.Thread(target=self._read, name="stdio-reader", daemon=True)
         self._reader.start()
 
@@ -142,6 +136,51 @@ class StdioServer:
                 self.cond.wait(0.2 if left is None else min(left, 0.2))
             return self.responses[msg_id]
 
+    def next_id(self) -> int:
+        """A request id no other request of this client has."""
+        return next(self._ids)
+
+    def send_request(
+        self, method: str, params: Any = None, msg_id: Any = None
+    ) -> asyncio.Future[Any]:
+        """Send a request from a running event loop: a future of its result, which raises
+        ResponseError on an error response and ConnectionError when the server is gone."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        msg_id = self.next_id() if msg_id is None else msg_id
+        with self.cond:
+            self._futures[msg_id] = (loop, future)
+        message = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
+        if not self.send(message) or not self._reader.is_alive():
+            with self.cond:
+                self._futures.pop(msg_id, None)
+            future.set_exception(ConnectionError(f"the server is gone ({method})"))
+        return future
+
+    async def call(self, method: str, params: Any = None, timeout: float | None = None) -> Any:
+        """The result of a request (see send_request)."""
+        return await asyncio.wait_for(self.send_request(method, params), timeout)
+
+    async def initialize(
+        self, options: Any, folders: Sequence[Path] = (), capabilities: dict | None = None
+    ) -> Any:
+        """initialize, then initialized: the server's capabilities."""
+        result = await self.call(
+            "initialize",
+            {
+                "processId": None,
+                "capabilities": capabilities or {},
+                "initializationOptions": options,
+                "workspaceFolders": [{"uri": f.as_uri(), "name": f.name} for f in folders] or None,
+            },
+        )
+        self.notify("initialized", {})
+        return result
+
+    async def shutdown(self, timeout: float = 10.0) -> int | None:
+        """stop() off the event loop."""
+        return await asyncio.to_thread(self.stop, timeout)
+
     def close_stdin(self) -> None:
         try:
             assert self.proc.stdin is not None
@@ -189,6 +228,9 @@ class StdioServer:
                 if not line:
                     with self.cond:
                         self.cond.notify_all()
+                        pending, self._futures = self._futures, {}
+                    for loop, future in pending.values():
+                        _settle(loop, future, error=ConnectionError("the server is gone"))
                     return
                 if line == b"\r\n":
                     break
@@ -222,6 +264,9 @@ class StdioServer:
             self.notifications[method] += 1
             if method == "memosight/status" and isinstance(message.get("params"), dict):
                 self.statuses.append(message["params"])
+            handler = self.handlers.get(method)
+            if handler is not None:
+                handler(message.get("params"))
             return
         msg_id = message.get("id")
         if isinstance(msg_id, bool) or not isinstance(msg_id, int | str | None):
@@ -233,7 +278,35 @@ class StdioServer:
             else:
                 self.received_at[msg_id] = time.monotonic()
                 self.responses[msg_id] = message
+            waiter = self._futures.pop(msg_id, None)
             self.cond.notify_all()
+        if waiter is not None:
+            error = message.get("error")
+            if isinstance(error, dict):
+                code, text = error.get("code"), error.get("message")
+                _settle(*waiter, error=ResponseError(int(code or 0), str(text)))
+            else:
+                _settle(*waiter, result=message.get("result"))
+
+
+def _settle(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future,
+    result: Any = None,
+    error: BaseException | None = None,
+) -> None:
+    """Complete a future of another thread's loop (unless it was cancelled or the loop ended)."""
+
+    def done() -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+        loop.call_soon_threadsafe(done)
 
 
 def default_answer(request: dict) -> dict:
@@ -245,9 +318,28 @@ def default_answer(request: dict) -> dict:
     return {"jsonrpc": "2.0", "id": request["id"], "result": result}
 
 
-def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This interpreter's environment with the package importable from its source tree."""
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, **(extra or {})}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    return env
+def inline_params(uri: str, line: int, character: int) -> dict[str, Any]:
+    """textDocument/inlineCompletion params as an editor sends them while the user types."""
+    return {
+        "textDocument": {"uri": uri},
+        "position": {"line": line, "character": character},
+        "context": {"triggerKind": 2},  # InlineCompletionTriggerKind.Automatic
+    }
+
+
+def insertion(uri: str, version: int, line: int, character: int, text: str) -> dict[str, Any]:
+    """textDocument/didChange params inserting `text` at (line, character)."""
+    at = {"line": line, "character": character}
+    return {
+        "textDocument": {"uri": uri, "version": version},
+        "contentChanges": [{"range": {"start": at, "end": at}, "text": text}],
+    }
+
+
+def first_text(result: Any) -> str | None:
+    """The first item's text of an inline completion result (a list or {"items": [...]})."""
+    items = result.get("items") if isinstance(result, dict) else result
+    if not items:
+        return None
+    text = items[0].get("insertText")
+    return text if isinstance(text, str) else None

@@ -1,4 +1,5 @@
-"""`memosight bench fuzz`: throw malformed and wrong-shaped LSP at the real server over stdio.
+"""`python -m tools.reliability.fuzz`: malformed and wrong-shaped LSP thrown at the real
+server over stdio.
 
 Seeded (`--seed`) and bounded (`--messages`, `--seconds`). One long session gets batches of
 messages, each mixing:
@@ -42,9 +43,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from memosight_lsp.bench.lsp_client import SERVER_COMMAND, StdioServer, encode, frame
 from memosight_lsp.config import Settings, settings_to_wire
-
-from .stdio import SERVER_COMMAND, StdioServer, encode, frame, proc_status, python_env
+from memosight_lsp.engine import native
+from tools.reliability.procs import proc_status, python_env
 
 # Every method the server registers (server/features.py and pygls's built-ins), requests and
 # notifications; tests/test_reliability_fuzz.py checks the list against the real server.
@@ -83,7 +85,7 @@ LIVE_POSITION = {"line": 5, "character": 4}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memosight bench fuzz", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.reliability.fuzz", description=__doc__)
     parser.add_argument("--model", help="model folder (default: the embedded model)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--messages", type=int, default=10_000, help="fuzzed messages to send")
@@ -738,3 +740,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["METHODS", "Fuzzer", "encode", "main", "run"]
+
+
+if __name__ == "__main__":
+    # As `memosight bench` does: the servers started here build the native kernels in the
+    # foreground before they answer, so no measurement runs on torch's kernels by accident.
+    os.environ.setdefault(native.ENV_SWITCH, "wait")
+    sys.exit(main())

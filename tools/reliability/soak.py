@@ -1,4 +1,5 @@
-"""`memosight bench soak`: simulated typing against the real server over stdio, for a long time.
+"""`python -m tools.reliability.soak`: simulated typing against the real server over stdio,
+for a long time.
 
 A typist works through `--files` Python files (stdlib modules, on disk in a temporary workspace
 and open as buffers) at `--keys-per-second`: each keystroke is a didChange followed by an inline
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shlex
 import statistics
@@ -30,7 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .stdio import SERVER_COMMAND, StdioServer, proc_status, python_env
+from memosight_lsp.bench.lsp_client import SERVER_COMMAND, StdioServer
+from memosight_lsp.engine import native
+from tools.reliability.procs import proc_status, python_env
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 SOURCES = (
@@ -52,7 +56,7 @@ CANCELLED = -32800
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memosight bench soak", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.reliability.soak", description=__doc__)
     parser.add_argument("--model", help="model folder (default: the embedded model)")
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--files", type=int, default=10)
@@ -346,3 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     result = run(build_parser().parse_args(argv))
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0 if result["summary"]["unanswered"] == 0 and not result["summary"]["errors"] else 1
+
+
+if __name__ == "__main__":
+    # As `memosight bench` does: the servers started here build the native kernels in the
+    # foreground before they answer, so no measurement runs on torch's kernels by accident.
+    os.environ.setdefault(native.ENV_SWITCH, "wait")
+    sys.exit(main())
