@@ -18,11 +18,13 @@ http.EngineError; a cancelled request raises http.Cancelled.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from memosight_lsp.engine.fim import FimFormat, resolve_fim_format
+
+from . import http
 
 # Characters per token assumed where the engine has no tokenizer endpoint (Ollama, most
 # OpenAI-compatible servers): what the rest of the project assumes without a tokenizer.
@@ -165,6 +167,25 @@ class TextStream:
         )
 
 
+class StreamReader:
+    """How one engine's stream says what it generated: `events` parses its lines, `pieces(event)`
+    yields the text an event carries and then notes the end it announces (`finish`); `counts()`
+    is the engine's token counts as far as the stream told them. Reading stops at the finish
+    unless `read_to_end` (the counts come after it)."""
+
+    finish: str | None = None
+    read_to_end = False
+
+    def events(self, lines: Iterator[str], url: str) -> Iterator[dict[str, Any]]:
+        return http.sse_json(lines, url)
+
+    def pieces(self, event: dict[str, Any]) -> Iterator[str]:
+        raise NotImplementedError
+
+    def counts(self) -> dict[str, Any]:
+        return {}
+
+
 class Backend(Protocol):
     engine: str
     url: str
@@ -225,3 +246,48 @@ class EngineClient:
     @staticmethod
     def root(url: str) -> str:
         return url.rstrip("/")
+
+    def probe(self, deadline: float) -> EngineInfo:
+        raise NotImplementedError
+
+    def streamed(self, request: GenerateRequest) -> tuple[str, dict[str, Any], StreamReader]:
+        """What one streamed completion sends (the path, the body) and how its stream reads."""
+        raise NotImplementedError
+
+    def generate(
+        self,
+        request: GenerateRequest,
+        *,
+        on_text: OnText,
+        cancelled: Callable[[], bool],
+    ) -> EngineResult:
+        """Stream one completion: the text goes to `on_text` as it comes. It ends when on_text
+        has enough, when the engine says so, or at the deadline with the text so far (with none,
+        the timeout is the error); a stream that ends before the engine said the completion
+        did is an error ('cut')."""
+        if self.info is None:
+            self.probe(request.deadline)
+        stream = TextStream(on_text)
+        path, body, reader = self.streamed(request)
+        url = self.url + path
+        try:
+            with http.request(
+                "POST",
+                url,
+                watch=http.Watch(request.deadline, cancelled),
+                body=body,
+                headers=self.headers,
+            ) as response:
+                for event in reader.events(http.lines(response, url), url):
+                    for piece in reader.pieces(event):
+                        if stream.add(piece):
+                            return stream.result("enough", **reader.counts())
+                    if reader.finish is not None and not reader.read_to_end:
+                        return stream.result(reader.finish, **reader.counts())
+        except http.EngineError as err:
+            if err.kind == "timeout" and stream.text:
+                return stream.result("deadline", **reader.counts())
+            raise
+        if reader.finish is None:
+            raise http.EngineError(f"{url}: the stream ended before the completion did", "cut")
+        return stream.result(reader.finish, **reader.counts())

@@ -15,7 +15,7 @@ into the special tokens, as /tokenize shows). Per request, llama.cpp reports
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import PurePath
 from typing import Any
 
@@ -24,10 +24,8 @@ from .base import (
     CALIBRATION_TEXT,
     EngineClient,
     EngineInfo,
-    EngineResult,
     GenerateRequest,
-    OnText,
-    TextStream,
+    StreamReader,
     fim_from_vocabulary,
 )
 from .openai import _int, api_root
@@ -142,38 +140,25 @@ class LlamaCppBackend(EngineClient):
             }
         return "/completion", {"prompt": pieces.text, **common}
 
-    def generate(
-        self,
-        request: GenerateRequest,
-        *,
-        on_text: OnText,
-        cancelled: Callable[[], bool],
-    ) -> EngineResult:
-        if self.info is None:
-            self.probe(request.deadline)
+    def streamed(self, request: GenerateRequest) -> tuple[str, dict[str, Any], StreamReader]:
         path, body = self.body(request)
-        url = self.url + path
-        stream = TextStream(on_text)
-        last: dict[str, Any] = {}  # the latest event with timings
-        try:
-            with http.request(
-                "POST",
-                url,
-                watch=http.Watch(request.deadline, cancelled),
-                body=body,
-                headers=self.headers,
-            ) as response:
-                for event in http.sse_json(http.lines(response, url), url):
-                    last = event if isinstance(event.get("timings"), dict) else last
-                    if stream.add(str(event.get("content") or "")):
-                        return stream.result("enough", **_counts(last))
-                    if event.get("stop"):
-                        return stream.result(_finish(event), **_counts(event))
-        except http.EngineError as err:
-            if err.kind == "timeout" and stream.text:
-                return stream.result("deadline", **_counts(last))
-            raise
-        raise http.EngineError(f"{url}: the stream ended before the completion did", "cut")
+        return path, body, _Events()
+
+
+class _Events(StreamReader):
+    """llama.cpp's events: `content`, timings on each (`timings_per_token`), `stop` on the last."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, Any] = {}  # the latest event with timings, then the last event
+
+    def pieces(self, event: dict[str, Any]) -> Iterator[str]:
+        self.last = event if isinstance(event.get("timings"), dict) else self.last
+        yield str(event.get("content") or "")
+        if event.get("stop"):
+            self.finish, self.last = _finish(event), event
+
+    def counts(self) -> dict[str, Any]:
+        return _counts(self.last)
 
 
 def _finish(event: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ computed for the request.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 from memosight_lsp.engine.fim import FORMATS_BY_NAME
@@ -24,10 +24,8 @@ from .base import (
     DEFAULT_CHARS_PER_TOKEN,
     EngineClient,
     EngineInfo,
-    EngineResult,
     GenerateRequest,
-    OnText,
-    TextStream,
+    StreamReader,
     fim_from_vocabulary,
 )
 from .openai import _int
@@ -122,45 +120,35 @@ class OllamaBackend(EngineClient):
             body.update(prompt=pieces.text, raw=True)
         return body
 
-    def generate(
-        self,
-        request: GenerateRequest,
-        *,
-        on_text: OnText,
-        cancelled: Callable[[], bool],
-    ) -> EngineResult:
-        if self.info is None:
-            self.probe(request.deadline)
-        body = self.body(request)
-        url = self.url + "/api/generate"
-        stream = TextStream(on_text)
-        try:
-            with http.request(
-                "POST",
-                url,
-                watch=http.Watch(request.deadline, cancelled),
-                body=body,
-                headers=self.headers,
-            ) as response:
-                for event in http.ndjson(http.lines(response, url), url):
-                    if stream.add(str(event.get("response") or "")):
-                        return stream.result("enough")
-                    if event.get("done"):
-                        prefilled = _int(event.get("prompt_eval_count"))
-                        return stream.result(
-                            str(event.get("done_reason") or "stop"),
-                            prefilled_tokens=prefilled,
-                            completion_tokens=_int(event.get("eval_count")),
-                            extra={
-                                "promptMs": _ms(event.get("prompt_eval_duration")),
-                                "decodeMs": _ms(event.get("eval_duration")),
-                            },
-                        )
-        except http.EngineError as err:
-            if err.kind == "timeout" and stream.text:
-                return stream.result("deadline")
-            raise
-        raise http.EngineError(f"{url}: the stream ended before the completion did", "cut")
+    def streamed(self, request: GenerateRequest) -> tuple[str, dict[str, Any], StreamReader]:
+        return "/api/generate", self.body(request), _Events()
+
+
+class _Events(StreamReader):
+    """Ollama's NDJSON objects: `response` text; `done` on the last, with its counts."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, Any] | None = None  # the `done` object
+
+    def events(self, lines: Iterator[str], url: str) -> Iterator[dict[str, Any]]:
+        return http.ndjson(lines, url)
+
+    def pieces(self, event: dict[str, Any]) -> Iterator[str]:
+        yield str(event.get("response") or "")
+        if event.get("done"):
+            self.finish, self.last = str(event.get("done_reason") or "stop"), event
+
+    def counts(self) -> dict[str, Any]:
+        if self.last is None:
+            return {}
+        return {
+            "prefilled_tokens": _int(self.last.get("prompt_eval_count")),
+            "completion_tokens": _int(self.last.get("eval_count")),
+            "extra": {
+                "promptMs": _ms(self.last.get("prompt_eval_duration")),
+                "decodeMs": _ms(self.last.get("eval_duration")),
+            },
+        }
 
 
 def _ms(nanoseconds: Any) -> float | None:

@@ -9,7 +9,7 @@ for with `stream_options.include_usage`, which servers that do not know it ignor
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 from memosight_lsp.engine.fim import FORMATS_BY_NAME
@@ -19,10 +19,8 @@ from .base import (
     DEFAULT_CHARS_PER_TOKEN,
     EngineClient,
     EngineInfo,
-    EngineResult,
     GenerateRequest,
-    OnText,
-    TextStream,
+    StreamReader,
 )
 
 MAX_STOP = 4  # the OpenAI API takes at most four stop sequences
@@ -110,18 +108,11 @@ class OpenAIBackend(EngineClient):
             stops += [s for s in info.fim.stop_tokens if s not in stops]
         return stops[:MAX_STOP]
 
-    def generate(
-        self,
-        request: GenerateRequest,
-        *,
-        on_text: OnText,
-        cancelled: Callable[[], bool],
-    ) -> EngineResult:
-        info = self.info or self.probe(request.deadline)
-        stream = TextStream(on_text)
+    def streamed(self, request: GenerateRequest) -> tuple[str, dict[str, Any], StreamReader]:
+        assert self.info is not None
         prompt, prompt_tokens = self.prompt(request, request.deadline)
         body = {
-            "model": info.model,
+            "model": self.info.model,
             "prompt": prompt,
             "max_tokens": request.max_tokens,
             "temperature": 0,
@@ -132,34 +123,31 @@ class OpenAIBackend(EngineClient):
         stops = self.stop_strings(request)
         if stops:
             body["stop"] = stops
-        url = self.url + "/v1/completions"
-        finish: str | None = None
-        usage: dict[str, Any] = {}
-        try:
-            with http.request(
-                "POST",
-                url,
-                watch=http.Watch(request.deadline, cancelled),
-                body=body,
-                headers=self.headers,
-            ) as response:
-                for event in http.sse_json(http.lines(response, url), url):
-                    if isinstance(event.get("usage"), dict):
-                        usage = event["usage"]
-                    for choice in event.get("choices") or []:
-                        if not isinstance(choice, dict):
-                            continue
-                        if stream.add(str(choice.get("text") or "")):
-                            return stream.result("enough", **_counts(usage, prompt_tokens))
-                        if choice.get("finish_reason"):
-                            finish = str(choice["finish_reason"])
-        except http.EngineError as err:
-            if err.kind == "timeout" and stream.text:
-                return stream.result("deadline", **_counts(usage, prompt_tokens))
-            raise
-        if finish is None:
-            raise http.EngineError(f"{url}: the stream ended before the completion did", "cut")
-        return stream.result(finish, **_counts(usage, prompt_tokens))
+        return "/v1/completions", body, _Events(prompt_tokens)
+
+
+class _Events(StreamReader):
+    """OpenAI-style completion chunks: the text of each choice, its `finish_reason`, and the
+    `usage` in a chunk of its own after the finish (`include_usage`): read to the end."""
+
+    read_to_end = True
+
+    def __init__(self, prompt_tokens: int | None) -> None:
+        self.prompt_tokens = prompt_tokens  # known before the request (vLLM: token ids sent)
+        self.usage: dict[str, Any] = {}
+
+    def pieces(self, event: dict[str, Any]) -> Iterator[str]:
+        if isinstance(event.get("usage"), dict):
+            self.usage = event["usage"]
+        for choice in event.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            yield str(choice.get("text") or "")
+            if choice.get("finish_reason"):
+                self.finish = str(choice["finish_reason"])
+
+    def counts(self) -> dict[str, Any]:
+        return _counts(self.usage, self.prompt_tokens)
 
 
 def _counts(usage: dict[str, Any], prompt_tokens: int | None) -> dict[str, Any]:
