@@ -76,13 +76,13 @@ def test_models_json(tiny_model_dir):
 
 
 def test_models_names_the_native_kernels_for_a_quantized_model(tiny_model_dir):
-    from memosight_lsp.engine import native
+    from memosight_lsp.engine import native_kernels
 
     result = memosight("models", "--model", str(tiny_model_dir), "--quantization", "int8", "--json")
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)
     assert info["precision"].startswith("int8")
-    expected = "native (AVX-512 VNNI)" if native.kernels() is not None else "torch's ("
+    expected = "native (AVX-512 VNNI)" if native_kernels.kernels() is not None else "torch's ("
     assert info["kernels"].startswith(expected)
 
 

@@ -1,4 +1,4 @@
-"""The native kernels (engine/native.py): built on machines that can run them, in the
+"""The native kernels (engine/native_kernels.py): built on machines that can run them, in the
 background under an OS lock that dies with its holder, one build folder per install; and exact
 where lossless speculative decoding needs them to be (each row's bits do not depend on the
 others)."""
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from memosight_lsp.engine import native
+from memosight_lsp.engine import native_kernels
 from memosight_lsp.engine.quantize import MANY_ROWS, native_layout, quantize_weight
 from memosight_lsp.engine.vnni_layout import pack_int4, unpack_int4
 
 pytestmark = pytest.mark.skipif(
-    native.unsupported_reason() is not None,
-    reason=f"native kernels cannot run here: {native.unsupported_reason()}",
+    native_kernels.unsupported_reason() is not None,
+    reason=f"native kernels cannot run here: {native_kernels.unsupported_reason()}",
 )
 
 
@@ -37,7 +37,7 @@ def rows(count: int, width: int = 384, seed: int = 1, dtype=torch.bfloat16) -> t
 
 def test_a_machine_that_can_run_them_builds_them():
     # The CPU has the instructions: a missing compiler or a build error is a failure here.
-    assert native.kernels() is not None
+    assert native_kernels.kernels() is not None
     assert native_layout() == "vnni"
 
 
@@ -91,7 +91,7 @@ def test_products_follow_the_dequantized_weights_within_int8_activation_steps():
 
 def test_a_zero_row_gives_zeros_and_mismatched_shapes_are_refused():
     q = quantize_weight(weight(), "int4", torch.bfloat16, layout="vnni")
-    kernels = native.kernels()
+    kernels = native_kernels.kernels()
     assert kernels is not None
     zero = torch.zeros(1, 384, dtype=torch.bfloat16)
     expected = torch.zeros(1, 160, dtype=torch.bfloat16)
@@ -101,8 +101,8 @@ def test_a_zero_row_gives_zeros_and_mismatched_shapes_are_refused():
 
 
 def test_the_switch_turns_them_off(monkeypatch):
-    monkeypatch.setenv(native.ENV_SWITCH, "0")
-    assert native.unsupported_reason() == f"{native.ENV_SWITCH}=0"
+    monkeypatch.setenv(native_kernels.ENV_SWITCH, "0")
+    assert native_kernels.unsupported_reason() == f"{native_kernels.ENV_SWITCH}=0"
 
 
 # -- attention -------------------------------------------------------------------------------
@@ -134,13 +134,15 @@ def test_attention_follows_the_softmax_of_each_rows_own_keys(dtype):
     keys, values = cache_views(300, dtype)
     q = torch.randn(5, 14, 64, generator=torch.Generator().manual_seed(4)).to(dtype)
     lengths = torch.tensor([296, 297, 298, 299, 300])
-    got = native.kernels().attend(q, keys, values, lengths, NO_INDEX, 0.125)
+    got = native_kernels.kernels().attend(q, keys, values, lengths, NO_INDEX, 0.125)
     expected = reference_attention(q, keys, values, [torch.arange(n) for n in lengths], 0.125)
     bound = 1e-5 if dtype == torch.float32 else 1e-2  # bfloat16 output: 8 bits of mantissa
     assert (got.double() - expected).abs().max() <= bound
     # Each row alone: the same bits.
     alone = [
-        native.kernels().attend(q[i : i + 1], keys, values, lengths[i : i + 1], NO_INDEX, 0.125)
+        native_kernels.kernels().attend(
+            q[i : i + 1], keys, values, lengths[i : i + 1], NO_INDEX, 0.125
+        )
         for i in range(5)
     ]
     assert torch.equal(torch.cat(alone), got)
@@ -152,10 +154,12 @@ def test_a_tree_row_gets_the_bits_of_its_path_laid_out_in_order():
     keys, values = cache_views(40)
     q = torch.randn(1, 14, 64, generator=torch.Generator().manual_seed(5)).bfloat16()
     seen = torch.tensor([*range(32), 33, 36, 39])  # past 32, then three scattered ancestors
-    tree = native.kernels().attend(q, keys, values, torch.tensor([len(seen)]), seen[None], 0.125)
+    tree = native_kernels.kernels().attend(
+        q, keys, values, torch.tensor([len(seen)]), seen[None], 0.125
+    )
     path_keys = keys[:, seen].contiguous()
     path_values = values[:, seen].contiguous()
-    path = native.kernels().attend(
+    path = native_kernels.kernels().attend(
         q, path_keys, path_values, torch.tensor([len(seen)]), NO_INDEX, 0.125
     )
     assert torch.equal(tree, path)
@@ -166,7 +170,7 @@ def test_a_tree_row_gets_the_bits_of_its_path_laid_out_in_order():
 def test_attention_refuses_keys_it_cannot_see():
     keys, values = cache_views(20)
     q = torch.randn(1, 14, 64).bfloat16()
-    attend = native.kernels().attend
+    attend = native_kernels.kernels().attend
     with pytest.raises(RuntimeError, match="no keys or too many"):
         attend(q, keys, values, torch.tensor([21]), NO_INDEX, 0.125)
     with pytest.raises(RuntimeError, match="must increase"):
@@ -176,7 +180,7 @@ def test_attention_refuses_keys_it_cannot_see():
     with pytest.raises(RuntimeError, match="share a dtype"):
         attend(q.float(), keys, values, torch.tensor([3]), NO_INDEX, 0.125)
     odd_keys, odd_values = cache_views(20, head_dim=48)
-    assert 48 not in native.ATTENTION_HEAD_SIZES  # such a trunk attends with torch's kernel
+    assert 48 not in native_kernels.ATTENTION_HEAD_SIZES  # such a trunk attends with torch's kernel
     with pytest.raises(RuntimeError, match="head size"):
         attend(
             torch.randn(1, 14, 48).bfloat16(),
@@ -237,9 +241,9 @@ def test_a_tokens_keys_do_not_depend_on_how_it_entered_the_cache(kind):
 def fresh_state(monkeypatch, tmp_path, mode: str = "1") -> None:
     """This test's own view of the kernels and a private cache, so the process's real ones
     survive it; `mode`: ENV_SWITCH (1: build in the background, wait: in the foreground)."""
-    monkeypatch.setattr(native, "_STATE", native._Kernels())
-    monkeypatch.setenv(native.DIR_SWITCH, str(tmp_path / "kernels"))
-    monkeypatch.setenv(native.ENV_SWITCH, mode)
+    monkeypatch.setattr(native_kernels, "_STATE", native_kernels._Kernels())
+    monkeypatch.setenv(native_kernels.DIR_SWITCH, str(tmp_path / "kernels"))
+    monkeypatch.setenv(native_kernels.ENV_SWITCH, mode)
 
 
 def wait_for(condition, seconds: float, what: str) -> None:
@@ -263,8 +267,8 @@ def test_a_failed_build_falls_back_to_torchs_kernels(monkeypatch, tmp_path):
     """No working C++ compiler: one log line, torch's kernels, nothing raised."""
     fresh_state(monkeypatch, tmp_path, mode="wait")
     monkeypatch.setenv("CXX", "/bin/false")
-    assert native.kernels() is None
-    assert native.describe().startswith("torch's (building them failed")
+    assert native_kernels.kernels() is None
+    assert native_kernels.describe().startswith("torch's (building them failed")
     assert native_layout() == "aten"
 
 
@@ -273,26 +277,26 @@ def test_a_load_starts_the_build_in_the_background_and_says_so_once(monkeypatch,
     monkeypatch.setenv("CXX", "/bin/false")  # the build fails, in a few seconds
     messages: list[str] = []
     started = time.monotonic()
-    assert native.refresh(messages.append) is None  # torch's kernels run meanwhile
+    assert native_kernels.refresh(messages.append) is None  # torch's kernels run meanwhile
     assert time.monotonic() - started < 5
     assert messages == ["building the native CPU kernels in the background, once for this machine"]
-    assert "being built in the background" in native.describe()
-    builder = native._STATE.builder
+    assert "being built in the background" in native_kernels.describe()
+    builder = native_kernels._STATE.builder
     assert builder is not None
     builder.wait(120)
     assert builder.returncode == 1
-    native.refresh(messages.append)  # failed a moment ago: not tried again before the hour
-    assert len(messages) == 1 and native._STATE.builder is builder
-    assert native.describe().startswith("torch's (building them failed")
+    native_kernels.refresh(messages.append)  # failed a moment ago: not tried again before the hour
+    assert len(messages) == 1 and native_kernels._STATE.builder is builder
+    assert native_kernels.describe().startswith("torch's (building them failed")
 
 
 def test_a_loader_that_finds_the_build_lock_held_falls_back_at_once(monkeypatch, tmp_path):
     fresh_state(monkeypatch, tmp_path)
-    folder = native.target().folder
+    folder = native_kernels.target().folder
     folder.mkdir(parents=True)
     holder = python(
         "import fcntl, sys, time\n"
-        f"handle = open({str(folder / native.BUILD_LOCK)!r}, 'a')\n"
+        f"handle = open({str(folder / native_kernels.BUILD_LOCK)!r}, 'a')\n"
         "fcntl.flock(handle, fcntl.LOCK_EX)\n"
         "print('held', flush=True)\n"
         "time.sleep(120)\n",
@@ -301,14 +305,14 @@ def test_a_loader_that_finds_the_build_lock_held_falls_back_at_once(monkeypatch,
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         started = time.monotonic()
-        assert native.refresh() is None
+        assert native_kernels.refresh() is None
         assert time.monotonic() - started < 2
-        assert native._STATE.builder is None  # no second build beside the first
-        assert "being built by another process" in native.describe()
+        assert native_kernels._STATE.builder is None  # no second build beside the first
+        assert "being built by another process" in native_kernels.describe()
     finally:
         holder.kill()
         holder.wait()
-    assert not native._lock_held(folder)  # the lock died with its holder
+    assert not native_kernels._lock_held(folder)  # the lock died with its holder
 
 
 SLOW_COMPILER = '#!/bin/sh\nsleep 600\nexec c++ "$@"\n'
@@ -323,48 +327,52 @@ def test_a_build_killed_midway_does_not_block_the_next_process(monkeypatch, tmp_
     slow.write_text(SLOW_COMPILER)
     slow.chmod(0o755)
     monkeypatch.setenv("CXX", str(slow))
-    folder = native.target().folder
-    assert native.refresh() is None
-    builder = native._STATE.builder
+    folder = native_kernels.target().folder
+    assert native_kernels.refresh() is None
+    builder = native_kernels._STATE.builder
     assert builder is not None
     try:
-        wait_for(lambda: (folder / native.TORCH_BATON).exists(), 60, "torch lock file")
-        assert native._lock_held(folder)
+        wait_for(lambda: (folder / native_kernels.TORCH_BATON).exists(), 60, "torch lock file")
+        assert native_kernels._lock_held(folder)
     finally:
         os.killpg(builder.pid, signal.SIGKILL)  # the child, its compiler and its sleep
         builder.wait()
-    assert (folder / native.TORCH_BATON).exists()  # left behind, as by a killed server
-    assert not native._lock_held(folder)
+    assert (folder / native_kernels.TORCH_BATON).exists()  # left behind, as by a killed server
+    assert not native_kernels._lock_held(folder)
     # The next process: a working (here: failing at once) compiler, in the background.
     nxt = python(
         "import time\n"
-        "from memosight_lsp.engine import native\n"
+        "from memosight_lsp.engine import native_kernels\n"
         "started = time.monotonic()\n"
-        "module = native.refresh()\n"
-        "print(module is None, round(time.monotonic() - started, 2), native.describe())\n",
-        {native.DIR_SWITCH: str(tmp_path / "kernels"), "CXX": "/bin/false", native.ENV_SWITCH: "1"},
+        "module = native_kernels.refresh()\n"
+        "print(module is None, round(time.monotonic() - started, 2), native_kernels.describe())\n",
+        {
+            native_kernels.DIR_SWITCH: str(tmp_path / "kernels"),
+            "CXX": "/bin/false",
+            native_kernels.ENV_SWITCH: "1",
+        },
     )
     out, _ = nxt.communicate(timeout=60)
     fallback, seconds, described = out.split(" ", 2)
     assert fallback == "True" and float(seconds) < 5, out
     assert "being built in the background" in described
     # Its build child got past what the killed one left and finished (failing on /bin/false).
-    wait_for(lambda: (folder / native.FAILED).exists(), 90, "finished build")
-    assert not (folder / native.TORCH_BATON).exists()
-    assert not native._lock_held(folder)
+    wait_for(lambda: (folder / native_kernels.FAILED).exists(), 90, "finished build")
+    assert not (folder / native_kernels.TORCH_BATON).exists()
+    assert not native_kernels._lock_held(folder)
 
 
 def test_two_installs_build_in_different_folders(tmp_path):
     """An editable install and a test clone: the same sources in two places never share a
     build folder (nor its build.ninja); one install always finds its own."""
-    engine = Path(native.__file__).parent
+    engine = Path(native_kernels.__file__).parent
     copies = []
     for name in ("editable", "clone"):
         copy = tmp_path / name / "engine"
         copy.mkdir(parents=True)
-        shutil.copy(engine / "native.py", copy / "native.py")
-        shutil.copytree(native.SOURCE_DIR, copy / "native")
-        copies.append(copy / "native.py")
+        shutil.copy(engine / "native_kernels.py", copy / "native_kernels.py")
+        shutil.copytree(native_kernels.SOURCE_DIR, copy / "native")
+        copies.append(copy / "native_kernels.py")
     code = "import runpy, sys; print(runpy.run_path(sys.argv[1])['target']().folder)"
     folders = [
         subprocess.run(
@@ -377,17 +385,17 @@ def test_two_installs_build_in_different_folders(tmp_path):
         for path in [*copies, copies[0]]
     ]
     assert folders[0] != folders[1] and folders[0] == folders[2]
-    assert str(native.target().folder) not in folders
+    assert str(native_kernels.target().folder) not in folders
 
 
 def test_built_kernels_are_adopted_at_the_next_load_only(monkeypatch):
     """A process sees kernels another process built when it next loads (refresh), never in the
     middle of what it runs."""
-    built = native.target()
-    assert native.kernels() is not None  # built (once per machine) or found
-    assert (built.folder / native.READY).is_file()
-    monkeypatch.setattr(native, "_STATE", native._Kernels())
-    native._STATE.checked = True  # as after a load that found no kernels
-    assert native.kernels() is None
-    assert native.refresh() is not None and native.kernels() is not None
-    assert native._STATE.builder is None  # adopted, not built
+    built = native_kernels.target()
+    assert native_kernels.kernels() is not None  # built (once per machine) or found
+    assert (built.folder / native_kernels.READY).is_file()
+    monkeypatch.setattr(native_kernels, "_STATE", native_kernels._Kernels())
+    native_kernels._STATE.checked = True  # as after a load that found no kernels
+    assert native_kernels.kernels() is None
+    assert native_kernels.refresh() is not None and native_kernels.kernels() is not None
+    assert native_kernels._STATE.builder is None  # adopted, not built

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memosight_lsp.engine import native
+from memosight_lsp.engine import native_kernels
 from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
 from memosight_lsp.engine.kv_cache import new_cache
 from memosight_lsp.engine.quantize import (
@@ -24,7 +24,8 @@ from tests.tiny_models import tiny_causal_lm
 KINDS = ["int8", "int4"]
 # int4 in both layouts: torch's kernel and the native one (where it can be built here).
 NEEDS_NATIVE = pytest.mark.skipif(
-    native.unsupported_reason() is not None, reason=f"native kernels: {native.unsupported_reason()}"
+    native_kernels.unsupported_reason() is not None,
+    reason=f"native kernels: {native_kernels.unsupported_reason()}",
 )
 VARIANTS = [
     pytest.param(("int8", "aten"), id="int8-aten"),

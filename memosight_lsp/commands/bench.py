@@ -6,7 +6,7 @@ import argparse
 import importlib
 import os
 
-from memosight_lsp.engine import native
+from memosight_lsp.engine import native_kernels
 
 # bench name -> module under memosight_lsp.bench exposing main(argv: list[str]) -> int. The
 # benchmarks a user runs against their own model; the reliability harness (fuzz, soak) is not
@@ -42,6 +42,6 @@ def run(args: argparse.Namespace) -> int:
     # A benchmark measures the native kernels where they can run: built first, in the foreground
     # (a user's server builds them in the background and runs torch's meanwhile), and inherited
     # by the servers it starts.
-    os.environ.setdefault(native.ENV_SWITCH, "wait")
+    os.environ.setdefault(native_kernels.ENV_SWITCH, "wait")
     module = importlib.import_module(f"memosight_lsp.bench.{BENCHMARKS[args.name]}")
     return int(module.main(list(args.rest)))

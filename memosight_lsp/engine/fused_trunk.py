@@ -23,8 +23,8 @@ product comes out the same whatever the row count); attention is not: one batche
 queries with a mask rounds differently from k one-query calls (bf16: up to ~5e-4, enough to
 flip an argmax now and then). So passes of up to EXACT_ROWS rows on top of a cache attend row by
 row, each row to exactly the keys a one-token step would see (its prefix, or for a tree node the
-past and its ancestors, gathered in order). Where the native kernels run (engine/native.py),
-one call of native.attend does that for all rows of every pass, prompt prefills and one-token
+past and its ancestors, gathered in order). Where the native kernels run (native_kernels.py),
+one native_kernels.attend call does that for all rows of every pass, prompt prefills and one-token
 steps included; with the native kernels' int8 / int4 products, which are row-consistent at any
 row count, a token's keys and values are then the same bits however it entered the cache
 (prefilled in a prompt, decoded, or verified), so a buffer's reused cache decodes exactly as a
@@ -49,7 +49,7 @@ from torch import nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from . import native
+from . import native_kernels
 from .kv_cache import cache_for_config
 from .quantize import QuantizedLinear, QuantizedProduct, fuse_quantized
 from .row_kernels import COPY, COPY_MAX_BYTES, FEW_ROWS, LINEAR, TRANSPOSED, Product, RowKernels
@@ -64,7 +64,7 @@ RowKeys = int | torch.Tensor
 
 
 class NativeRows:
-    """The keys of every row of a pass, as native.attend takes them: lengths [S], and the
+    """The keys of every row of a pass, as native_kernels.attend takes them: lengths [S], and the
     positions [S, L] of rows that see more than a prefix (an empty tensor when none does)."""
 
     def __init__(self, rows: list[RowKeys]) -> None:
@@ -250,7 +250,7 @@ class _FusedLayer:
         q, k = qk[:, :heads], qk[:, heads:]
         keys, values = cache.update(k, v, self.index)
         if isinstance(row_keys, NativeRows):
-            kernels = native.kernels()
+            kernels = native_kernels.kernels()
             assert kernels is not None  # NativeRows are made only where they run
             attended = kernels.attend(  # [S, heads, D]
                 q[0].transpose(0, 1),
@@ -350,8 +350,8 @@ class FusedTrunk(HFTrunk):
             self.exact_rows
             and self.norm.weight.is_cpu
             and self.dtype == torch.bfloat16
-            and self.layers[0].head_dim in native.ATTENTION_HEAD_SIZES
-            and native.kernels() is not None
+            and self.layers[0].head_dim in native_kernels.ATTENTION_HEAD_SIZES
+            and native_kernels.kernels() is not None
         )
         size = sum(p.weight.numel() * p.weight.element_size() for p in dense)
         if self.timed_kernels and size <= COPY_MAX_BYTES:

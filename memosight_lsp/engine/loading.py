@@ -16,7 +16,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from . import gguf, native, precision, quantized_cache
+from . import gguf, native_kernels, precision, quantized_cache
 from .fim import FimFormat, resolve_fim_format
 from .fused_trunk import prepare_trunk
 from .quantize import quantize_model
@@ -49,13 +49,13 @@ class LoadedModel:
     load_seconds: float
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
     gguf: gguf.GgufSummary | None = None  # set when the model came from a .gguf file
-    native_kernels: str = "torch's"  # native.describe() when it loaded (its kernels for good)
+    native_kernels: str = "torch's"  # describe() of engine/native_kernels.py when it loaded
     runs_native: bool = False  # whether those are the native ones
     model_digest: str = ""  # of its folder's files (precision.model_digest): cache keys
 
     def kernels(self) -> str:
         """Whose kernels multiply and attend: the project's native ones serve bfloat16 and
-        quantized models on a CPU that has them (engine/native.py), if they were built when
+        quantized models on a CPU that has them (engine/native_kernels.py), if they were built when
         this model loaded."""
         half = self.precision.quantization != "none" or self.dtype == torch.bfloat16
         if self.device.type != "cpu" or not half:
@@ -85,8 +85,9 @@ class LoadedModel:
 def _may_run_native_kernels(
     asked: precision.Precision | None, folder: Path, device: torch.device
 ) -> bool:
-    """Whether this load may quantize or run bfloat16 on the CPU (engine/native.py's kernels):
-    asked for, or `auto` measuring a model too large for float32 alone."""
+    """Whether this load may quantize or run bfloat16 on the CPU (the kernels of
+    engine/native_kernels.py): asked for, or `auto` measuring a model too large for float32
+    alone."""
     if device.type != "cpu":
         return False
     if asked is None:
@@ -221,8 +222,8 @@ def load_model(
 
     if _may_run_native_kernels(asked, folder, torch_device):
         # Adopts kernels built since the last load, or starts building them in the background:
-        # this load and its model run on torch's kernels meanwhile (engine/native.py).
-        native.refresh(progress)
+        # this load and its model run on torch's kernels meanwhile (engine/native_kernels.py).
+        native_kernels.refresh(progress)
     chosen = asked or precision.choose(
         folder, load, tokenizer, progress=progress, remeasure=remeasure
     )
@@ -235,8 +236,8 @@ def load_model(
         raise ModelLoadError(str(err)) from err
     origin = gguf.summary_of(folder)
     half = _may_run_native_kernels(chosen, folder, torch_device)
-    native_kernels = native.describe() if half else "torch's"
-    runs_native = half and native.kernels() is not None
+    kernels_used = native_kernels.describe() if half else "torch's"
+    runs_native = half and native_kernels.kernels() is not None
     if embedded:
         name = "memosight-default"
     else:
@@ -255,7 +256,7 @@ def load_model(
         load_seconds=time.perf_counter() - started,
         stop_token_ids=stop_token_ids(tokenizer, fim),
         gguf=origin,
-        native_kernels=native_kernels,
+        native_kernels=kernels_used,
         runs_native=runs_native,
         model_digest=precision.model_digest(folder),
     )

@@ -5,7 +5,7 @@ weights, so fewer bytes per weight is fewer milliseconds per token.
 - int4: asymmetric groups of input channels (a scale and a zero per group; INT4_GROUP for torch's
   kernels, vnni_layout.ACT_GROUP for the native ones), two per byte; the LM head stays int8.
 
-Two layouts. "vnni", where the project's own kernels run (engine/native.py; AVX-512 VNNI):
+Two layouts. "vnni", where the project's own kernels run (engine/native_kernels.py; AVX-512 VNNI):
 weights in tiles (engine/vnni_layout.py), activations quantized to int8 per group of 32 inside
 the product, whose cost barely grows from 1 to 8 rows and which beats a dense product at
 prefill sizes too. Elsewhere "aten": torch's `_weight_int8pack_mm` / `_weight_int4pack_mm_for_cpu`
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import native, vnni_layout
+from . import native_kernels, vnni_layout
 
 Quantization = Literal["none", "int8", "int4"]
 Layout = Literal["aten", "vnni"]
@@ -48,7 +48,7 @@ CHUNK_ROWS = 4096  # output channels quantized at a time (bounds the float32 tem
 
 def native_layout() -> Layout:
     """The layout this machine multiplies fastest: "vnni" where the native kernels run."""
-    return "vnni" if native.kernels() is not None else "aten"
+    return "vnni" if native_kernels.kernels() is not None else "aten"
 
 
 def layout_for(out_features: int, in_features: int) -> Layout:
@@ -77,7 +77,7 @@ class QuantizedWeight:
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """[R, in] -> [R, out] in the activations' dtype."""
         if self.layout == "vnni":
-            kernels = native.kernels()
+            kernels = native_kernels.kernels()
             if kernels is None:
                 raise RuntimeError("weights in the vnni layout need the native kernels")
             if self.kind == "int4":

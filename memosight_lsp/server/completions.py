@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
-from memosight_lsp.completion.lookahead import LookaheadCache, LookaheadEntry
 from memosight_lsp.completion.policy import describe_cursor, mid_word_refusal
 from memosight_lsp.completion.remote import ENGINE_FAILURES
 from memosight_lsp.completion.scheduler import Job, JobAbandoned, Scheduler
 from memosight_lsp.completion.service import Completion, CompletionRequest, Deadline
+from memosight_lsp.completion.type_through import TypeThroughCache, TypeThroughEntry
 from memosight_lsp.config import Settings
 from memosight_lsp.workspace import WorkspaceIndex
 from memosight_lsp.workspace.files import is_binary
@@ -118,12 +118,12 @@ class CompletionFlow:
         self._current_version = current_version
         self.host = host
         self.stats = stats
-        self.lookahead = LookaheadCache()
+        self.type_through = TypeThroughCache()
         self._settings = settings
         self._on_model_result = on_model_result
         self._on_longer = on_longer
         self._index: dict[str, LineIndex] = {}
-        self._precompute_bases: dict[str, LookaheadEntry] = {}
+        self._precompute_bases: dict[str, TypeThroughEntry] = {}
         # buffer -> key of a state the precompute found nothing for: answered empty at once.
         self._known_empty: dict[str, tuple] = {}
         # State key -> the early answer of the model job for it (a joining request shares it).
@@ -157,9 +157,9 @@ class CompletionFlow:
         )
 
     def document_changed(self, doc: TextDocument) -> None:
-        """Invalidate what an edit made useless: lookahead entries and a stale precompute."""
+        """Invalidate what an edit made useless: type-through entries and a stale precompute."""
         text = doc.source
-        self.lookahead.prune(doc.uri, text)
+        self.type_through.prune(doc.uri, text)
         base = self._precompute_bases.get(doc.uri)
         if base is not None and base.typed(text) is None:
             self.scheduler.cancel_buffer(doc.uri, ("precompute",))
@@ -167,7 +167,7 @@ class CompletionFlow:
 
     def document_closed(self, uri: str) -> None:
         self.scheduler.cancel_buffer(uri)
-        self.lookahead.forget(uri)
+        self.type_through.forget(uri)
         self._index.pop(uri, None)
         self._precompute_bases.pop(uri, None)
         self._known_empty.pop(uri, None)
@@ -177,7 +177,7 @@ class CompletionFlow:
 
     def settings_changed(self) -> None:
         self.generation += 1
-        self.lookahead.clear()
+        self.type_through.clear()
         self._precompute_bases.clear()
         self._known_empty.clear()
 
@@ -227,7 +227,7 @@ class CompletionFlow:
             self.stats.count("empty")
             return Outcome(reason=reason, position=cursor.position if cursor else None)
         if settings.completion.type_through:
-            hit = self.lookahead.lookup(cursor.uri, cursor.text, cursor.offset)
+            hit = self.type_through.lookup(cursor.uri, cursor.text, cursor.offset)
             if hit is not None:
                 source = "precompute" if hit.entry.source == "precompute" else "typeThrough"
                 self.stats.count("typeThroughHits")
@@ -343,7 +343,7 @@ class CompletionFlow:
             base = (cursor.text[: cursor.offset], cursor.text[cursor.offset :])
             if any(
                 (e.before, e.after, e.ghost) == (*base, completion.text)
-                for e in self.lookahead.entries(cursor.uri)
+                for e in self.type_through.entries(cursor.uri)
             ):
                 if completion.text != shown:
                     self.stats.count("longerPushed")
@@ -378,9 +378,9 @@ class CompletionFlow:
         def remember(completion: Completion) -> None:
             if not completion.text:
                 return
-            self.lookahead.put(
+            self.type_through.put(
                 buffer_id,
-                LookaheadEntry(
+                TypeThroughEntry(
                     before=before,
                     after=after,
                     ghost=ghost_prefix + completion.text,
@@ -488,12 +488,12 @@ class CompletionFlow:
         if continuing is not None and continuing.live:
             return  # it is still extending this suggestion: it precomputes when it ends
         before, after = cursor.text[: cursor.offset], cursor.text[cursor.offset :]
-        base = LookaheadEntry(before=before, after=after, ghost=shown)
+        base = TypeThroughEntry(before=before, after=after, ghost=shown)
         if self._precompute_bases.get(cursor.uri) == base:
             return
         accepted_text = before + shown + after
         accepted_offset = cursor.offset + len(shown)
-        for entry in self.lookahead.entries(cursor.uri):
+        for entry in self.type_through.entries(cursor.uri):
             if entry.rest(accepted_text, accepted_offset) is not None:
                 return  # already known
         self._precompute_bases[cursor.uri] = base

@@ -45,7 +45,7 @@ from typing import Any
 
 from memosight_lsp.bench.lsp_client import SERVER_COMMAND, StdioServer, encode, frame
 from memosight_lsp.config import Settings, settings_to_wire
-from memosight_lsp.engine import native
+from memosight_lsp.engine import native_kernels
 from tools.reliability.procs import proc_status, python_env
 
 # Every method the server registers (server/features.py and pygls's built-ins), requests and
@@ -745,5 +745,5 @@ __all__ = ["METHODS", "Fuzzer", "encode", "main", "run"]
 if __name__ == "__main__":
     # As `memosight bench` does: the servers started here build the native kernels in the
     # foreground before they answer, so no measurement runs on torch's kernels by accident.
-    os.environ.setdefault(native.ENV_SWITCH, "wait")
+    os.environ.setdefault(native_kernels.ENV_SWITCH, "wait")
     sys.exit(main())

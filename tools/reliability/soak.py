@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from memosight_lsp.bench.lsp_client import SERVER_COMMAND, StdioServer
-from memosight_lsp.engine import native
+from memosight_lsp.engine import native_kernels
 from tools.reliability.procs import proc_status, python_env
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -355,5 +355,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     # As `memosight bench` does: the servers started here build the native kernels in the
     # foreground before they answer, so no measurement runs on torch's kernels by accident.
-    os.environ.setdefault(native.ENV_SWITCH, "wait")
+    os.environ.setdefault(native_kernels.ENV_SWITCH, "wait")
     sys.exit(main())

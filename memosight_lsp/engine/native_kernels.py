@@ -356,8 +356,8 @@ def _say(line: str) -> None:
 
 
 def _child_main(argv: list[str]) -> int:
-    """`native.py FOLDER NAME SOURCE... --wait|--once`: build under the lock (wait for it, or
-    give up at once when another process holds it); 0 when built, BUSY_EXIT when another
+    """`native_kernels.py FOLDER NAME SOURCE... --wait|--once`: build under the lock (wait for
+    it, or give up at once when another process holds it); 0 when built, BUSY_EXIT when another
     process builds, 1 when the build failed (FAILED says why)."""
     *positional, mode = argv
     folder, name, sources = Path(positional[0]), positional[1], positional[2:]

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from memosight_lsp.completion.lookahead import LookaheadCache, LookaheadEntry
+from memosight_lsp.completion.type_through import TypeThroughCache, TypeThroughEntry
 
 BEFORE = "def add(a, b):\n    "
 AFTER = "\n\nprint(add(1, 2))\n"
 GHOST = "return a + b"
 
 
-def cache_with(ghost: str = GHOST, **kw) -> LookaheadCache:
-    cache = LookaheadCache()
-    cache.put("u", LookaheadEntry(before=BEFORE, after=AFTER, ghost=ghost, **kw))
+def cache_with(ghost: str = GHOST, **kw) -> TypeThroughCache:
+    cache = TypeThroughCache()
+    cache.put("u", TypeThroughEntry(before=BEFORE, after=AFTER, ghost=ghost, **kw))
     return cache
 
 
@@ -96,9 +96,9 @@ def test_buffers_are_separate_and_forget_clears():
 
 
 def test_entries_per_buffer_are_bounded_and_newest_first():
-    cache = LookaheadCache(max_entries=2)
+    cache = TypeThroughCache(max_entries=2)
     for ghost in ("a1", "b2", "c3"):
-        cache.put("u", LookaheadEntry(before="x", after="", ghost=ghost))
+        cache.put("u", TypeThroughEntry(before="x", after="", ghost=ghost))
     assert [e.ghost for e in cache.entries("u")] == ["c3", "b2"]
 
 

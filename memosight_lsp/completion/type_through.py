@@ -19,7 +19,7 @@ MAX_ENTRIES_PER_BUFFER = 4
 
 
 @dataclass(frozen=True, kw_only=True)
-class LookaheadEntry:
+class TypeThroughEntry:
     before: str  # document text before the cursor when the suggestion was made
     after: str  # document text after the cursor
     ghost: str  # the suggestion, as if inserted at the cursor
@@ -50,7 +50,7 @@ class LookaheadEntry:
         return self.ghost[k:]
 
 
-def _extends(a: LookaheadEntry, b: LookaheadEntry) -> bool:
+def _extends(a: TypeThroughEntry, b: TypeThroughEntry) -> bool:
     """Whether one is the other continued (or cut shorter) for the same document state."""
     return (a.before, a.after, a.min_typed) == (b.before, b.after, b.min_typed) and (
         a.ghost.startswith(b.ghost) or b.ghost.startswith(a.ghost)
@@ -58,20 +58,20 @@ def _extends(a: LookaheadEntry, b: LookaheadEntry) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LookaheadHit:
+class TypeThroughHit:
     text: str
-    entry: LookaheadEntry
+    entry: TypeThroughEntry
 
 
-class LookaheadCache:
+class TypeThroughCache:
     """Suggestions per buffer, newest first. Thread-safe: the worker stores, the loop reads."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES_PER_BUFFER) -> None:
-        self._entries: dict[str, list[LookaheadEntry]] = {}
+        self._entries: dict[str, list[TypeThroughEntry]] = {}
         self._lock = threading.Lock()
         self.max_entries = max_entries
 
-    def put(self, buffer_id: str, entry: LookaheadEntry) -> None:
+    def put(self, buffer_id: str, entry: TypeThroughEntry) -> None:
         """Store a suggestion, newest first; it replaces an older one for the same document
         state that it continues (a decoding that answered early stores each longer text)."""
         if not entry.ghost:
@@ -81,13 +81,13 @@ class LookaheadCache:
             entries.insert(0, entry)
             self._entries[buffer_id] = entries[: self.max_entries]
 
-    def lookup(self, buffer_id: str, text: str, offset: int) -> LookaheadHit | None:
+    def lookup(self, buffer_id: str, text: str, offset: int) -> TypeThroughHit | None:
         with self._lock:
             entries = list(self._entries.get(buffer_id, ()))
         for entry in entries:
             rest = entry.rest(text, offset)
             if rest is not None:
-                return LookaheadHit(text=rest, entry=entry)
+                return TypeThroughHit(text=rest, entry=entry)
         return None
 
     def prune(self, buffer_id: str, text: str) -> None:
@@ -110,6 +110,6 @@ class LookaheadCache:
         with self._lock:
             self._entries.clear()
 
-    def entries(self, buffer_id: str) -> list[LookaheadEntry]:
+    def entries(self, buffer_id: str) -> list[TypeThroughEntry]:
         with self._lock:
             return list(self._entries.get(buffer_id, ()))
