@@ -26,9 +26,23 @@ Strategies (`--strategies`, comma-separated; variants join with `+`, e.g. `floor
   simN      with shareP: N windows of other files most like the lines above the cursor first
             (context/similar.py; the defaults are share35+sim4)
   simonly   with simN: those windows only, no ranked definitions
+  gateN     with shareP: other files' code only where it pays (context.pack.cross_pays): a
+            similar window at least N% alike (default 50), or a name another file defines on
+            the cursor's line or the line above; else the current file alone
 
     memosight bench quality --model M --cases 200 --strategies file,default,share10,floor40 \\
         --budgets 1024 --threads 1 --out q.json --plot q.png --examples 20
+
+Every language (`--langs typescript,go,rust,java,cpp,python`): the cases come from the pinned
+real projects of bench/corpora.py instead (bench/language_cases.py: random code lines and
+cross-file call lines of each language), the report is per language and over all of them. With
+`--llama-server URL` every case also goes to llama.cpp's `/infill` on the same model, as the
+anchor: `llama.cpp` (the file around the cursor, cut to llama.cpp's own window) and
+`llama.cpp+snippets` (with the other files' code of our `default` packing as `input_extra`);
+its answer's first line is scored as ours is, and `vsLlama` is the paired difference from it.
+
+    memosight bench quality --model M --langs typescript,go,rust,java,cpp,python --cases 20 \\
+        --llama-server http://127.0.0.1:8012 --threads 2 --out q.json --markdown q.md
 """
 
 from __future__ import annotations
@@ -50,7 +64,9 @@ from pathlib import Path
 
 import numpy as np
 
-from memosight_lsp.bench import context_recall, model_quality
+from memosight_lsp.bench import context_recall, corpora, language_cases, model_quality
+from memosight_lsp.bench.llama_server import LlamaServer, LlamaServerError
+from memosight_lsp.completion.positions import split_at
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
 from memosight_lsp.config import Settings
 from memosight_lsp.context import Packing
@@ -71,6 +87,7 @@ class QualityCase:
     root: Path  # the package folder: the workspace its index covers
     case: model_quality.Case  # the text with the line cut, the cursor, the expected line
     callee: context_recall.Case | None = None  # crossFile: what the line calls, where defined
+    language: str = "python"  # the LSP languageId the editor would send
 
 
 def package_roots(names: Sequence[str]) -> list[Path]:
@@ -114,7 +131,7 @@ class Strategy:
     repo_format: bool | None = None  # None: the settings' defaults
 
 
-_VARIANT = re.compile(r"floor(\d+)|share(\d+)|sim(\d+)|simonly|suffix4|foreign|repo")
+_VARIANT = re.compile(r"floor(\d+)|share(\d+)|sim(\d+)|gate(\d+)?|simonly|suffix4|foreign|repo")
 
 
 def parse_strategy(name: str) -> Strategy:
@@ -136,6 +153,10 @@ def parse_strategy(name: str) -> Strategy:
             packing = dataclasses.replace(packing, cross_share=int(match.group(2)) / 100)
         elif match.group(3):
             packing = dataclasses.replace(packing, similar=int(match.group(3)))
+        elif part.startswith("gate"):
+            packing = dataclasses.replace(packing, gate=True)
+            if match.group(4):
+                packing = dataclasses.replace(packing, gate_similarity=int(match.group(4)) / 100)
         elif part == "simonly":
             packing = dataclasses.replace(packing, similar_only=True)
         elif part == "suffix4":
@@ -161,7 +182,7 @@ def request_for(
         line=case.case.line,
         column=case.case.column,
         path=case.case.path,
-        language_id="python",
+        language_id=case.language,
         index=index if settings.context.cross_file else None,
     )
     overrides: dict = {
@@ -260,6 +281,133 @@ def _pct(value: float, lo: float, hi: float) -> dict:
     return {"value": round(100 * value, 1), "lo": round(100 * lo, 1), "hi": round(100 * hi, 1)}
 
 
+# -- the anchor: llama.cpp's /infill ---------------------------------------------------------------
+ANCHORS = ("llama.cpp", "llama.cpp+snippets")
+VS_ANCHOR = (("llama.cpp", "vsLlama"),)
+
+
+def infill_case(
+    server: LlamaServer,
+    engine: CompletionEngine,
+    case: QualityCase,
+    extra: Sequence[tuple[str, str]],
+) -> Outcome:
+    """The case through llama.cpp's /infill: the whole file split at the cursor (llama.cpp keeps
+    what its batch size allows of each side, as llama.vim sends it), `extra` as input_extra; the
+    answer's first line, scored as ours is. A request that fails counts as an empty answer."""
+    prefix, suffix = split_at(case.case.text, case.case.line, case.case.column)
+    body = {
+        "input_prefix": prefix,
+        "input_suffix": suffix,
+        "input_extra": [{"filename": path, "text": text} for path, text in extra],
+        "prompt": "",
+        "n_predict": MAX_NEW_TOKENS,
+        "stop": ["\n"],  # one line, as ours: the first line is all that is scored
+        "cache_prompt": True,
+    }
+    started = time.perf_counter()
+    try:
+        answer = server.infill(body)
+        text, prompt_tokens = answer.text, answer.prompt_tokens + answer.cached_tokens
+    except LlamaServerError as err:
+        sys.stderr.write(f"quality: {err}\n")
+        text, prompt_tokens = "", 0
+    prediction = text.split("\n", 1)[0].strip()
+    target = case.case.target
+    return Outcome(
+        exact=prediction == target,
+        similarity=model_quality.edit_similarity(prediction, target),
+        first_token=first_token_match(prediction, target, engine.loaded.tokenizer.encode),
+        recalled=None,
+        prompt_tokens=prompt_tokens,
+        ms=(time.perf_counter() - started) * 1000,
+        prediction=prediction,
+    )
+
+
+# -- every language: the pinned projects of bench/corpora.py ------------------------------------
+def corpus_cases(
+    languages: Sequence[str], count: int, seed: int, kinds: Sequence[str], cache_dir: Path
+) -> dict[str, list[QualityCase]]:
+    """Per language, `count` cases of each kind over its pinned projects (seeded; the projects
+    share the count; the kinds take turns). Python's call lines are found with `ast`
+    (context_recall), the others' with the index's outlines (language_cases)."""
+    out: dict[str, list[QualityCase]] = {}
+    for language in languages:
+        roots = [corpora.fetch(p) for p in corpora.projects([language])]
+        calls: list[QualityCase] = []
+        plain: list[QualityCase] = []
+        for n, root in enumerate(roots):
+            share = count // len(roots) + (n < count % len(roots))
+            files = language_cases.project_files(root, language)
+            if "crossFile" in kinds:
+                if language == "python":
+                    found = [
+                        (c.case, c.callee)
+                        for c in cross_file_cases([root], share, seed)
+                        if c.callee is not None
+                    ]
+                else:
+                    folder = cache_dir / f"cases-{language}-{n}"
+                    index = WorkspaceIndex(root, cache_dir=folder)
+                    index.scan()
+                    found = language_cases.call_lines(root, language, index, files, share, seed)
+                calls += [
+                    QualityCase(
+                        kind="crossFile", root=root, case=c, callee=callee, language=language
+                    )
+                    for c, callee in found
+                ]
+            if "random" in kinds:
+                plain += [
+                    QualityCase(kind="random", root=root, case=c, language=language)
+                    for c in language_cases.random_lines(files, language, share, seed)
+                ]
+        out[language] = [c for pair in itertools.zip_longest(calls, plain) for c in pair if c]
+    return out
+
+
+def pooled(per_language: dict[str, Results]) -> Results:
+    """Every language's outcomes together (in language order, so pairs stay paired)."""
+    out: Results = {}
+    for results in per_language.values():
+        for key, outcomes in results.items():
+            out.setdefault(key, []).extend(outcomes)
+    return out
+
+
+def markdown(table: dict, budget: int, names: Sequence[str]) -> str:
+    """One row per language, kind and strategy: exact match and edit similarity with their
+    intervals, and the paired differences from the file alone and from llama.cpp."""
+
+    def cell(d: dict | None) -> str:
+        return "" if d is None else f"{d['value']:.1f} [{d['lo']:.1f}, {d['hi']:.1f}]"
+
+    def diff(d: dict | None) -> str:
+        return "" if d is None else f"{d['value']:+.1f} [{d['lo']:+.1f}, {d['hi']:+.1f}]"
+
+    rows = [
+        "| language | lines | n | context | exact match | vs file | vs llama.cpp "
+        "| edit similarity | vs file | vs llama.cpp |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for language, per_budget in table.items():
+        for kind in KINDS:
+            for name in names:
+                c = per_budget.get(str(budget), {}).get(name, {}).get(kind)
+                if c is None:
+                    continue
+                vs_file, vs_llama = c.get("vsFile", {}), c.get("vsLlama", {})
+                rows.append(
+                    f"| {language} | {kind} | {c['cases']} | {name} "
+                    f"| {cell(c['exactMatch'])} | {diff(vs_file.get('exactMatch'))} "
+                    f"| {diff(vs_llama.get('exactMatch'))} | {cell(c['editSimilarity'])} "
+                    f"| {diff(vs_file.get('editSimilarity'))} "
+                    f"| {diff(vs_llama.get('editSimilarity'))} |"
+                )
+    return "\n".join(rows) + "\n"
+
+
 # -- running --------------------------------------------------------------------------------------
 Results = dict[tuple[int, str, str], list[Outcome]]  # (budget, strategy, kind) -> outcomes
 
@@ -269,8 +417,12 @@ def complete_case(
 ) -> Outcome:
     recalled = None
     if case.callee is not None:
-        prompt = engine.prepare(request, stable=False)
-        recalled = context_recall.recalled(prompt.context.prefix, case.callee)
+        context = engine.prepare(request, stable=False).context
+        if case.language == "python":
+            recalled = context_recall.recalled(context.prefix, case.callee)
+        else:  # no header rule per language: the callee is named in other files' code
+            cross = context.prefix[: context.cross_chars]
+            recalled = re.search(rf"\b{re.escape(case.callee.name)}\b", cross) is not None
     started = time.perf_counter()
     completion = engine.complete(request)
     prediction = completion.text.strip()
@@ -293,25 +445,35 @@ def run_cases(
     budgets: Sequence[int],
     cache_dir: Path,
     on_progress: Callable[[Results, int], None] | None = None,
+    anchor: LlamaServer | None = None,
 ) -> Results:
     """(budget, strategy, kind) -> one outcome per case of the kind, in case order. Every ten
-    cases `on_progress` gets the results so far and how many cases they hold."""
+    cases `on_progress` gets the results so far and how many cases they hold. With `anchor`,
+    the case also goes to that llama.cpp server's /infill (ANCHORS) once per budget."""
     indexes: dict[Path, WorkspaceIndex] = {}
     results: Results = {}
     started = time.perf_counter()
     for done, case in enumerate(cases, start=1):
         index = indexes.get(case.root)
         if index is None:
-            index = WorkspaceIndex(case.root, cache_dir=cache_dir / case.root.name)
+            # Numbered: two projects' source folders may share a name (`src`).
+            folder = cache_dir / f"{len(indexes)}-{case.root.name}"
+            index = WorkspaceIndex(case.root, cache_dir=folder)
             index.scan()
             indexes[case.root] = index
         # As the server does on didChange: the index sees the buffer with the line cut.
-        index.update_buffer(case.case.path, case.case.text, language_id="python")
+        index.update_buffer(case.case.path, case.case.text, language_id=case.language)
         for budget in budgets:
             for strategy in strategies:
                 request = request_for(strategy, case, index, budget)
                 outcome = complete_case(engine, request, case)
                 results.setdefault((budget, strategy.name, case.kind), []).append(outcome)
+            if anchor is not None:
+                ours = request_for(Strategy(name="default"), case, index, budget)
+                extra = engine.prepare(ours, stable=False).context.cross_files
+                for name, files in zip(ANCHORS, ((), extra), strict=True):
+                    outcome = infill_case(anchor, engine, case, files)
+                    results.setdefault((budget, name, case.kind), []).append(outcome)
         index.close_buffer(case.case.path)
         if done % 10 == 0 or done == len(cases):
             elapsed = time.perf_counter() - started
@@ -326,27 +488,27 @@ def run_cases(
 
 def report(
     results: Results,
-    strategies: Sequence[Strategy],
+    names: Sequence[str],
     budgets: Sequence[int],
     seed: int,
 ) -> dict:
-    """{budget: {strategy: {kind: summary + vsFile, vsDefault}}}: the paired differences from
-    `file` and `default` where they were run."""
+    """{budget: {strategy: {kind: summary + vsFile, vsDefault, vsLlama}}}: the paired
+    differences from `file`, `default` and llama.cpp's /infill where they were run."""
     out: dict = {}
     for budget in budgets:
         per_strategy: dict = {}
-        for strategy in strategies:
+        for name in names:
             per_kind = {}
             for kind in KINDS:
-                outcomes = results.get((budget, strategy.name, kind))
+                outcomes = results.get((budget, name, kind))
                 if not outcomes:
                     continue
                 per_kind[kind] = summarize(outcomes, seed)
-                for base, key in (("file", "vsFile"), ("default", "vsDefault")):
+                for base, key in (("file", "vsFile"), ("default", "vsDefault"), *VS_ANCHOR):
                     baseline = results.get((budget, base, kind))
-                    if baseline and strategy.name != base:
+                    if baseline and name != base:
                         per_kind[kind][key] = versus(outcomes, baseline, seed)
-            per_strategy[strategy.name] = per_kind
+            per_strategy[name] = per_kind
         out[str(budget)] = per_strategy
     return out
 
@@ -354,7 +516,7 @@ def report(
 def examples(
     results: Results,
     cases: Sequence[QualityCase],
-    strategies: Sequence[Strategy],
+    names: Sequence[str],
     budget: int,
     count: int,
 ) -> list[dict]:
@@ -365,10 +527,10 @@ def examples(
         of_kind = [c for c in cases if c.kind == kind]
         for i, case in enumerate(of_kind[:count]):
             predictions = {}
-            for strategy in strategies:
-                outcomes = results.get((budget, strategy.name, kind), [])
+            for name in names:
+                outcomes = results.get((budget, name, kind), [])
                 if i < len(outcomes):
-                    predictions[strategy.name] = outcomes[i].prediction
+                    predictions[name] = outcomes[i].prediction
             out.append(
                 {
                     "kind": kind,
@@ -429,15 +591,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="model folder or .gguf file (default: the embedded model)")
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16")
     parser.add_argument("--quantization", default="auto", help="auto, none, int8, int4")
-    parser.add_argument("--cases", type=int, default=100, help="cases per kind")
+    parser.add_argument("--cases", type=int, default=100, help="cases per kind (and language)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="crossFile,random")
     parser.add_argument("--strategies", default="file,default", help="comma-separated")
     parser.add_argument("--budgets", default="1024", help="comma-separated, e.g. 256,512,1024")
     parser.add_argument("--packages", default=",".join(PACKAGES), help="site-packages folders")
+    parser.add_argument(
+        "--langs", help="languages of bench/corpora.py's projects, e.g. typescript,go,rust"
+    )
+    parser.add_argument(
+        "--llama-server", help="also ask this llama.cpp server's /infill (the anchor)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
     parser.add_argument("--examples", type=int, default=0, help="show N cases' predictions")
     parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--markdown", help="with --langs: write a table per language here")
     parser.add_argument("--plot", help="draw exact match per budget and strategy into this PNG")
     args = parser.parse_args(argv)
     try:
@@ -448,6 +617,16 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [k for k in args.kinds.split(",") if k]
     if unknown := set(kinds) - set(KINDS):
         parser.error(f"unknown kinds: {', '.join(sorted(unknown))}")
+    languages = [lang for lang in (args.langs or "").split(",") if lang]
+    known = {p.language for p in corpora.PROJECTS}
+    if unknown := set(languages) - known:
+        parser.error(f"no pinned projects in: {', '.join(sorted(unknown))}")
+    anchor = LlamaServer(args.llama_server, timeout_s=120) if args.llama_server else None
+    if anchor is not None:
+        try:
+            anchor.props()
+        except LlamaServerError as err:
+            parser.error(str(err))
 
     import torch
 
@@ -455,44 +634,80 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    roots = package_roots(args.packages.split(","))
-    cross = cross_file_cases(roots, args.cases, args.seed) if "crossFile" in kinds else []
-    plain = random_cases(roots, args.cases, args.seed) if "random" in kinds else []
-    # The kinds take turns, so that results written on the way hold as many of each.
-    cases = [c for pair in itertools.zip_longest(cross, plain) for c in pair if c is not None]
-    loaded = load_model(args.model, device="cpu", dtype=args.dtype, quantization=args.quantization)
-    engine = CompletionEngine(loaded, speculative=False, time_passes=False)
-    started = time.perf_counter()
-
-    def summary(results: Results, done: int) -> dict:
-        return {
-            "model": loaded.describe(),
-            "seed": args.seed,
-            "packages": [r.name for r in roots],
-            "cases": {k: sum(c.kind == k for c in cases[:done]) for k in KINDS},
-            "budgets": budgets,
-            "strategies": [s.name for s in strategies],
-            "effectiveBudget": {str(b): engine.context_budget(_sized(b)) for b in budgets},
-            "seconds": round(time.perf_counter() - started, 1),
-            **({"partial": f"{done} of {len(cases)} cases"} if done < len(cases) else {}),
-            "quality": report(results, strategies, budgets, args.seed),
-            "examples": examples(results, cases[:done], strategies, budgets[0], args.examples),
-        }
-
-    def write_partial(results: Results, done: int) -> None:
-        if args.out and done < len(cases):
-            Path(args.out).write_text(json.dumps(summary(results, done), indent=2) + "\n")
-
+    names = [s.name for s in strategies] + (list(ANCHORS) if anchor is not None else [])
     with tempfile.TemporaryDirectory() as tmp:
-        results = run_cases(engine, cases, strategies, budgets, Path(tmp), write_partial)
-    result = summary(results, len(cases))
-    table = result["quality"]
+        if languages:
+            groups = corpus_cases(languages, args.cases, args.seed, kinds, Path(tmp))
+            sources = [p.key for p in corpora.projects(languages)]
+        else:
+            roots = package_roots(args.packages.split(","))
+            cross = cross_file_cases(roots, args.cases, args.seed) if "crossFile" in kinds else []
+            plain = random_cases(roots, args.cases, args.seed) if "random" in kinds else []
+            # The kinds take turns, so that results written on the way hold as many of each.
+            groups = {
+                "python": [c for pair in itertools.zip_longest(cross, plain) for c in pair if c]
+            }
+            sources = [r.name for r in roots]
+        loaded = load_model(
+            args.model, device="cpu", dtype=args.dtype, quantization=args.quantization
+        )
+        engine = CompletionEngine(loaded, speculative=False, time_passes=False)
+        started = time.perf_counter()
+        done_results: dict[str, Results] = {}
+
+        def summary(per_language: dict[str, Results], partial: str | None) -> dict:
+            cases = [c for language in per_language for c in groups[language]]
+            first = budgets[0]
+            out = {
+                "model": loaded.describe(),
+                "seed": args.seed,
+                "packages": sources,
+                "cases": {k: sum(c.kind == k for c in cases) for k in KINDS},
+                "budgets": budgets,
+                "strategies": names,
+                "effectiveBudget": {str(b): engine.context_budget(_sized(b)) for b in budgets},
+                "seconds": round(time.perf_counter() - started, 1),
+                **({"partial": partial} if partial else {}),
+            }
+            if not languages:
+                results = per_language.get("python", {})
+                out["quality"] = report(results, names, budgets, args.seed)
+                out["examples"] = examples(results, cases, names, first, args.examples)
+                return out
+            out["languages"] = {
+                language: report(results, names, budgets, args.seed)
+                for language, results in per_language.items()
+            }
+            out["overall"] = report(pooled(per_language), names, budgets, args.seed)
+            out["examples"] = {
+                language: examples(results, groups[language], names, first, args.examples)
+                for language, results in per_language.items()
+            }
+            return out
+
+        for language, cases in groups.items():
+
+            def write_partial(results: Results, done: int, language: str = language) -> None:
+                if args.out:
+                    partial = {**done_results, language: results}
+                    note = f"{language}: {done} of {len(groups[language])} cases"
+                    Path(args.out).write_text(json.dumps(summary(partial, note), indent=2) + "\n")
+
+            sys.stderr.write(f"quality: {language}, {len(cases)} cases\n")
+            done_results[language] = run_cases(
+                engine, cases, strategies, budgets, Path(tmp), write_partial, anchor
+            )
+    result = summary(done_results, None)
     text = json.dumps(result, indent=2)
     sys.stdout.write(text + "\n")
     if args.out:
         Path(args.out).write_text(text + "\n")
-    if args.plot:
-        plot(table, args.plot, f"{loaded.name}: {result['cases']} cases, seed {args.seed}")
+    if args.markdown and languages:
+        tables = {**result["languages"], "all": result["overall"]}
+        Path(args.markdown).write_text(markdown(tables, budgets[0], names))
+    if args.plot and not languages:
+        title = f"{loaded.name}: {result['cases']} cases, seed {args.seed}"
+        plot(result["quality"], args.plot, title)
     return 0
 
 
