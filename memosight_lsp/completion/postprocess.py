@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 
-from .policy import CursorSituation, leading_ws
+from .policy import BRACE_LANGUAGES, CursorSituation, leading_ws
 
 MAX_BLOCK_LINES = 16
+TAB_WIDTH = 4
 CLOSERS = {")": "(", "]": "[", "}": "{"}
 # A loop: a unit of up to MAX_LOOP_UNIT characters, with a letter or digit in it, that ends the
 # text repeated LOOP_COPIES times in a row (LOOP_COPIES_SHORT for units of SHORT_UNIT or fewer:
@@ -28,6 +29,9 @@ STATEMENT_IN_BRACKETS = {
     ),
 }
 WORD_TAIL = re.compile(r"\w+\Z")
+# A line that only closes brackets (`}`, `});`, `},`, `)`): the end of a brace block.
+CLOSER_LINE = re.compile(r"[)\]}]+[;,)]*")
+RUST_CHAR = re.compile(r"'(?:\\.[^']*|[^'\\\n])'")
 WORD = re.compile(r"\w+")
 
 
@@ -43,7 +47,7 @@ def block_end(text: str, situation: CursorSituation) -> int | None:
     started = bool(lines[0].strip())
     for number, line in enumerate(lines[1:-1], start=1):  # the last line may be incomplete
         if line.strip():
-            if started and len(leading_ws(line)) < len(situation.indent):
+            if started and width(leading_ws(line)) < width(situation.indent):
                 return offset - 1
             started = True
         if number >= MAX_BLOCK_LINES:
@@ -52,11 +56,21 @@ def block_end(text: str, situation: CursorSituation) -> int | None:
     return None
 
 
+def width(indent: str) -> int:
+    """Columns of an indentation, a tab as TAB_WIDTH: a tab-indented body is inside a block
+    whose indentation was guessed in spaces."""
+    return len(indent.expandtabs(TAB_WIDTH))
+
+
 def should_stop(text: str, situation: CursorSituation, multiline: bool) -> bool:
     if loop_start(text) is not None:
         return True  # a degenerate loop never ends by itself
     if not multiline:
         return first_line_done(text)
+    if situation.language in BRACE_LANGUAGES:
+        closing = closing_line(text, situation.language)
+        if closing is not None and "\n" in text[closing:]:
+            return True  # the line that closes the block is complete
     return block_end(text, situation) is not None or "\n\n\n" in text
 
 
@@ -120,10 +134,15 @@ def remove_suffix_overlap(text: str, line_suffix: str) -> str:
 
 
 def cut_unmatched_closer(text: str, line_prefix: str) -> str:
-    """Stop before a closing bracket that closes nothing opened on the line or in the text."""
+    """Stop before a closing bracket that closes nothing opened on the line or in the text.
+    Closers that start a line (the prefix is blank) close the enclosing block and stay:
+    `} else {`, `});`."""
     stack = [ch for ch in line_prefix if ch in "([{"]
     depth_in_text: list[str] = []
-    for index, ch in enumerate(text):
+    start = 0
+    if not line_prefix.strip():
+        start = len(text) - len(text.lstrip(" \t)]}"))
+    for index, ch in enumerate(text[start:], start=start):
         if ch in "([{":
             depth_in_text.append(ch)
         elif ch in CLOSERS:
@@ -136,12 +155,93 @@ def cut_unmatched_closer(text: str, line_prefix: str) -> str:
     return text
 
 
+def closing_line(text: str, language: str | None) -> int | None:
+    """Where the line holding the first bracket that closes one opened before the completion
+    starts (the block's own `{`); None when there is none. Brackets in strings, character
+    literals and `//` comments do not count (in Rust a `'` starts a lifetime unless a
+    character literal closes right after it: `'}'`, `'\\''`)."""
+    depth = 0
+    line_start = 0
+    quote = ""
+    index = 0
+    quotes = "\"`" if language == "rust" else "\"'`"
+    while index < len(text):
+        ch = text[index]
+        if ch == "'" and not quote and language == "rust":
+            literal = RUST_CHAR.match(text, index)
+            index = literal.end() if literal else index + 1
+            continue
+        if ch == "\n":
+            line_start, quote = index + 1, ""
+        elif quote:
+            if ch == "\\":
+                index += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in quotes:
+            quote = ch
+        elif text.startswith("//", index):
+            end = text.find("\n", index)
+            index = len(text) if end == -1 else end
+            continue
+        elif ch in "([{":
+            depth += 1
+        elif ch in CLOSERS:
+            depth -= 1
+            if depth < 0:
+                return line_start
+        index += 1
+    return None
+
+
+def block_text(text: str, situation: CursorSituation) -> str:
+    """A block completion cut where the block ends: a line dedented below it, the line that
+    closes its brace (brace languages, whatever the indentation), or the cap. That closing line
+    (`}`, `});`) is kept when nothing after the cursor closes the block already, so the
+    completion never repeats the closing text that follows the cursor."""
+    end = block_end(text + "\n", situation)
+    if situation.language not in BRACE_LANGUAGES:
+        return text if end is None else text[:end]
+    closing = closing_line(text, situation.language)
+    if closing == 0:
+        return ""  # the first line closes the block: an empty body, nothing to add
+    if closing is not None and (end is None or closing - 1 <= end):
+        end = max(0, closing - 1)
+    if end is None:
+        return text
+    ended_by = text[end:].lstrip("\n").split("\n", 1)[0]
+    if closes_block(ended_by, situation) and not suffix_closes(ended_by, situation):
+        return text[:end] + "\n" + ended_by.rstrip()
+    return text[:end]
+
+
+def closes_block(line: str, situation: CursorSituation) -> bool:
+    """The line only closes brackets, dedented below the block's body: the block's own end."""
+    return (
+        CLOSER_LINE.fullmatch(line.strip()) is not None
+        and width(leading_ws(line)) < width(situation.indent)
+    )
+
+
+def suffix_closes(closer: str, situation: CursorSituation) -> bool:
+    """The code after the cursor already closes the block: on the cursor's line (`{|}`), or on
+    the next line at the closer's indentation or deeper (an editor's auto-closed pair)."""
+    if situation.line_suffix.strip()[:1] in CLOSERS:
+        return True
+    following = situation.next_line
+    return following.strip()[:1] in CLOSERS and width(leading_ws(following)) >= width(
+        leading_ws(closer)
+    )
+
+
 def drop_repetition(text: str) -> str:
-    """Cut a line that repeats three times in a row (a degenerate loop) to its first copy."""
+    """Cut a line that repeats three times in a row (a degenerate loop) to its first copy.
+    Lines of punctuation alone are not loops: nested blocks end in `}`, `}`, `}`."""
     lines = text.split("\n")
     stripped = [line.strip() for line in lines]  # the first line has no indentation of its own
     for i in range(len(lines) - 2):
-        if stripped[i] and stripped[i] == stripped[i + 1] == stripped[i + 2]:
+        looping = any(ch.isalnum() for ch in stripped[i])
+        if looping and stripped[i] == stripped[i + 1] == stripped[i + 2]:
             return "\n".join(lines[: i + 1])
     return text
 
@@ -155,9 +255,7 @@ def finish(text: str, situation: CursorSituation, multiline: bool) -> str:
         # themselves, so what they add before the first code would indent it twice.
         text = text.lstrip(" \t")
     if multiline:
-        end = block_end(text + "\n", situation)
-        if end is not None:
-            text = text[:end]
+        text = block_text(text, situation)
         text = text.split("\n\n\n", 1)[0]
     else:
         text = text.split("\n", 1)[0]

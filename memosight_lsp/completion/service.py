@@ -33,7 +33,13 @@ from . import postprocess
 from .calibration import Calibrator
 from .healing import HealingConstraint, VocabularyText
 from .latency import MIN_CHUNK_TOKENS, LatencyBudget, PrefillRate, latency_budget
-from .policy import CursorSituation, describe_cursor, mid_word_refusal, wants_multiline
+from .policy import (
+    CursorSituation,
+    describe_cursor,
+    file_refusal,
+    mid_word_refusal,
+    wants_multiline,
+)
 from .positions import split_at
 from .prompt import MARKER_RESERVE, Prompt, build_prompt
 from .stable_prompt import StablePrompts
@@ -154,12 +160,28 @@ class CursorPlan:
 
 def plan_cursor(request: CompletionRequest) -> CursorPlan:
     """What the cursor is in and what kind of completion it wants: the same for every engine."""
+    line_chars = request_line_chars(request)
+    refused = file_refusal(request.text, line_chars)
+    if refused is not None:  # no parse of a file nobody types, nor of a data line
+        situation = CursorSituation(line_prefix="", line_suffix="", previous_line="", indent="")
+        return CursorPlan(situation=situation, multiline=False, refused=refused)
     situation = cursor_situation(request)
     return CursorPlan(
         situation=situation,
         multiline=wants_multiline(situation, request.multiline),
         refused=mid_word_refusal(situation, request.mid_word),
     )
+
+
+def request_line_chars(request: CompletionRequest) -> int:
+    """The length of the cursor's line, found without splitting the text into lines."""
+    start = 0
+    for _ in range(request.line):
+        start = request.text.find("\n", start) + 1
+        if start == 0:
+            return 0
+    end = request.text.find("\n", start)
+    return (len(request.text) if end == -1 else end) - start
 
 
 def cursor_situation(request: CompletionRequest) -> CursorSituation:

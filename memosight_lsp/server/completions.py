@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
-from memosight_lsp.completion.policy import describe_cursor, mid_word_refusal
+from memosight_lsp.completion.policy import describe_cursor, file_refusal, mid_word_refusal
 from memosight_lsp.completion.remote import ENGINE_FAILURES
 from memosight_lsp.completion.scheduler import Job, JobAbandoned, Scheduler
 from memosight_lsp.completion.service import Completion, CompletionRequest, Deadline
@@ -214,8 +214,11 @@ class CompletionFlow:
         window = window_at(cursor.text, cursor.offset)
         if is_binary(window.text):
             return BINARY
-        situation = describe_cursor(*window.cursor_line())
-        return mid_word_refusal(situation, settings.completion.mid_word)
+        before, after = window.cursor_line()
+        refused = file_refusal(cursor.text, len(before) + len(after))
+        if refused is not None:  # generated, or a data line: nothing is queued for it
+            return refused
+        return mid_word_refusal(describe_cursor(before, after), settings.completion.mid_word)
 
     async def complete(self, doc: TextDocument | None, position: types.Position) -> Outcome:
         started = time.perf_counter()
