@@ -51,6 +51,8 @@ HEAD_SHARE = 1 / 8
 # file shorter than this leaves the rest unused: giving it to other files lost a call line in 100
 # at 512 tokens (docs/context.md).
 MIN_OWN_TOKENS = 512
+SIMILAR_RANK = 10.0  # added to a similar window's score: it outranks every definition
+GATE_LINES = 8  # how far above the cursor Packing.gate looks for the nearest non-blank line
 
 
 @dataclass(slots=True)
@@ -322,6 +324,9 @@ def _shared(
     packed as without an index (_plain)."""
     assert packing.cross_share is not None
     room = min(int(budget * packing.cross_share), budget - MIN_OWN_TOKENS)
+    similar = similar_candidates(ranker, packing.similar) if room > 0 else []
+    if room > 0 and packing.gate and not cross_pays(ranker, similar, packing.gate_similarity):
+        room = 0  # the current file alone: the same prompt as without an index
     if room > 0:
         candidates = [c for c in ranker.rank() if c.path != layout.current]
         if packing.foreign_only:
@@ -330,7 +335,6 @@ def _shared(
         if rerank is not None:
             candidates = _model_ordered(layout, candidates, rerank, selector, room)
         if packing.similar > 0:
-            similar = similar_candidates(ranker, packing.similar)
             candidates = similar if packing.similar_only else similar + candidates
         layout.cross, _ = selector.select(candidates, room, (0, -1))
     _plain(layout, budget - counter(layout.cross_text()), counter, max_suffix)
@@ -429,6 +433,24 @@ def _model_ordered(
     return reordered or candidates
 
 
+def cross_pays(ranker: Ranker, similar: list[Candidate], min_similarity: float) -> bool:
+    """Packing.gate: whether other files' code is worth its tokens at this cursor. On held-out
+    projects it cost the lines that only continue the current file (docs/context.md): it pays
+    where code like this exists elsewhere (a window at least `min_similarity` alike) or where
+    the code at the cursor names what another file defines (the cursor's line and the nearest
+    non-blank line above it use a name this file neither defines nor binds locally)."""
+    if any(c.score - SIMILAR_RANK >= min_similarity for c in similar):
+        return True
+    lines, line = ranker.lines, ranker.line
+    above = next(
+        (row for row in reversed(lines[max(0, line - GATE_LINES) : line]) if row.strip()), ""
+    )
+    words = set(identifiers(lines[line] + "\n" + above)) - ranker.spec.keywords
+    words -= {d.name for d in ranker.symbols.definitions}
+    words -= ranker.local_names(ranker.innermost())
+    return any(rel != ranker.rel for w in words for rel in ranker.index.files_defining(w))
+
+
 def similar_candidates(ranker: Ranker, top: int) -> list[Candidate]:
     """Packing.similar: the windows of other files most like the lines above the cursor, as
     candidates that outrank every definition (trimming drops them last)."""
@@ -441,7 +463,7 @@ def similar_candidates(ranker: Ranker, top: int) -> list[Candidate]:
             def_index=-1,
             start_line=w.start_line,
             end_line=w.end_line,
-            score=10.0 + w.score,
+            score=SIMILAR_RANK + w.score,
             symbols=None,
             text=w.text,
         )

@@ -8,6 +8,7 @@ and open buffers; definitions found only through the global symbol table; Jaccar
 from __future__ import annotations
 
 import functools
+import posixpath
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,8 @@ MAX_CANDIDATES = 64
 MAX_GLOBAL_WORDS = 48
 FILE_LINES = 400  # how far the faint whole-file signal reaches (bounds the cost in huge files)
 SECOND_HOP_TOP = 6
+FOLDER_PACKAGES = {"go", "java"}  # languages whose package is every file of a folder
+MAX_PACKAGE_FILES = 64
 
 # How much each way of finding a definition is trusted.
 W_IMPORTED = 1.0
@@ -234,6 +237,9 @@ class Ranker:
                     module_files[imp.alias].append(target)
             if imp.alias and imp.name not in (None, "*"):
                 bound[imp.alias].append(imp)
+        # Go's package and Java's are the folder: its other files' top-level names are in
+        # scope with no import, as a star import's would be.
+        star_files += self.package_files()
         enclosing = self._enclosing_indices()
         python = language == "python"
         own_class = max(
@@ -324,6 +330,20 @@ class Ranker:
         self.recent()
         self.similar_windows(import_files)
         return self.collect()
+
+    def package_files(self) -> list[str]:
+        """The other files of the current file's folder, in a language whose package is its
+        folder (FOLDER_PACKAGES); at most MAX_PACKAGE_FILES, nearest names first."""
+        if self.symbols.language not in FOLDER_PACKAGES:
+            return []
+        folder = posixpath.dirname(self.rel)
+        ext = posixpath.splitext(self.rel)[1]
+        found = [
+            r
+            for r in self.index.files()
+            if r != self.rel and posixpath.dirname(r) == folder and r.endswith(ext)
+        ]
+        return found[:MAX_PACKAGE_FILES]
 
     def import_uses(self, bound: Mapping[str, list[Import]]) -> dict[str, int]:
         """How often each imported name appears in the file besides its import. Names imported

@@ -77,6 +77,12 @@ class Packing:
     # (similar.py) come before the ranked definitions; `similar_only` leaves the definitions out.
     similar: int = 0
     similar_only: bool = False
+    # With cross_share: other files' code only where it is likely to pay (pack.cross_pays):
+    # the best similar window scores at least `gate_similarity`, or the cursor's line or the
+    # line above it uses a name that another file defines and this one does not; else the
+    # current file alone.
+    gate: bool = False
+    gate_similarity: float = 0.5
 
 
 DEFAULT_PACKING = Packing()
