@@ -1,7 +1,7 @@
-"""Context per language on real projects (bench/corpora.py): Go's and Java's package is every
-file of the folder, so a name used at the cursor and defined in a sibling file is in scope with
-no import, and its definition belongs in the context; and Packing.gate packs other files' code
-only where it pays."""
+"""Context per language on real projects (bench/corpora.py): a name used at the cursor brings
+its definition when it is in scope through a TypeScript barrel file's re-exports (`export *
+from`), or, in Go and Java, through the package, which is every file of the folder (no import);
+and Packing.gate packs other files' code only where it pays."""
 
 from __future__ import annotations
 
@@ -32,6 +32,11 @@ def chars(text: str) -> int:
 @pytest.mark.parametrize(
     ("project", "rel", "line", "language", "name", "defined_in"),
     [
+        # immer core/proxy.ts: `die(13)`, imported from "../internal", a barrel file of
+        # `export * from "./utils/errors"` lines: the re-export leads to the definition.
+        ("immer", "core/proxy.ts", 224, "typescript", "die", "utils/errors.ts"),
+        # mobx api/computed.ts: `if (!isFunction(arg1)) {` through the same kind of barrel
+        ("mobx", "api/computed.ts", 55, "typescript", "isFunction", "utils/utils.ts"),
         # cobra/command_test.go: `Args: ExactArgs(2),` (ExactArgs is in args.go, no import)
         ("cobra", "command_test.go", 311, "go", "ExactArgs", "args.go"),
         # commons-csv CSVFormat.java: `return new CSVPrinter(System.out, this);`
@@ -45,7 +50,7 @@ def chars(text: str) -> int:
         ),
     ],
 )
-def test_a_name_from_the_same_package_brings_its_definition(
+def test_a_name_in_scope_brings_its_definition(
     tmp_path: Path, project: str, rel: str, line: int, language: str, name: str, defined_in: str
 ) -> None:
     index = project_index(project, tmp_path)

@@ -17,7 +17,7 @@ from .symbols import FileSymbols
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: JS/TS re-exports (`export ... from`) are imports
 CACHE_FILE = "index.msgpack"
 
 

@@ -75,6 +75,8 @@ class _Extractor:
             kind = node.type
             if kind in spec.imports:
                 self._imports(node)
+            elif kind == "export_statement" and node.child_by_field_name("source") is not None:
+                self._reexports(node)
             elif kind in spec.definitions:
                 index = self._definition(node, parent, outer or node)
                 if index is not None and self.defs[index].kind in spec.containers:
@@ -273,6 +275,26 @@ class _Extractor:
         return tuple(words[:_MAX_IDENTS])
 
     # -- imports -------------------------------------------------------------------------------
+    def _reexports(self, node: ts.Node) -> None:
+        """JS/TS `export * from "./x"`, `export {a, b as c} from "./x"`, `export * as ns from
+        "./x"`: what a module passes on is followed as its imports are, so the names of a barrel
+        file (`internal.ts`, `index.ts`) lead to their definitions."""
+        line = node.start_point.row
+        module = _text(node.child_by_field_name("source")).strip("'\"`")
+        for child in node.children:
+            if child.type == "*":
+                self.imports.append(Import(module, "*", None, line))
+            elif child.type == "namespace_export":
+                ident = next((c for c in child.named_children if c.type == "identifier"), None)
+                self.imports.append(Import(module, None, _text(ident), line))
+            elif child.type == "export_clause":
+                for spec in child.named_children:
+                    if spec.type != "export_specifier":
+                        continue
+                    name = _text(spec.child_by_field_name("name"))
+                    alias = _text(spec.child_by_field_name("alias")) or name
+                    self.imports.append(Import(module, name, alias, line))
+
     def _imports(self, node: ts.Node) -> None:
         line = node.start_point.row
         add = self.imports.append
