@@ -1,7 +1,8 @@
 """Context per language on real projects (bench/corpora.py): a name used at the cursor brings
 its definition when it is in scope through a TypeScript barrel file's re-exports (`export *
-from`), or, in Go and Java, through the package, which is every file of the folder (no import);
-and Packing.gate packs other files' code only where it pays."""
+from`), a Rust crate's own name in its tests (`use itertools::x`), or, in Go and Java, the
+package, which is every file of the folder (no import); and Packing.gate packs other files'
+code only where it pays."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ def chars(text: str) -> int:
         ("immer", "core/proxy.ts", 224, "typescript", "die", "utils/errors.ts"),
         # mobx api/computed.ts: `if (!isFunction(arg1)) {` through the same kind of barrel
         ("mobx", "api/computed.ts", 55, "typescript", "isFunction", "utils/utils.ts"),
+        # itertools tests/quick.rs: `multizip(...)` after `use itertools::{multizip, ...}`: a
+        # crate's tests name it as an outside crate would; lib.rs re-exports crate::ziptuple's
+        ("itertools", "tests/quick.rs", 1581, "rust", "multizip", "src/ziptuple.rs"),
         # cobra/command_test.go: `Args: ExactArgs(2),` (ExactArgs is in args.go, no import)
         ("cobra", "command_test.go", 311, "go", "ExactArgs", "args.go"),
         # commons-csv CSVFormat.java: `return new CSVPrinter(System.out, this);`

@@ -88,7 +88,7 @@ class WorkspaceIndex:
         self._buffers: dict[str, Buffer] = {}
         self._buffer_symbols: dict[str, FileSymbols] = {}
         self._names: dict[str, set[str]] = {}
-        self._resolver = Resolver()
+        self._resolver = Resolver(root_name=self.root.name)
         # Disk texts by (rel, mtime_ns, size), for rendering snippets; and outlines of texts
         # that match no file or buffer (a completion that ran ahead of its buffer update).
         self._disk_text: Callable[[str, int, int], str | None] = functools.lru_cache(
@@ -436,7 +436,7 @@ class WorkspaceIndex:
 
     def _rebuild_tables(self) -> None:
         self._names = {}
-        self._resolver = Resolver()
+        self._resolver = Resolver(root_name=self.root.name)
         for rel in self._files:
             self._resolver.add(rel)
         for rel in set(self._files) | set(self._buffer_symbols):

@@ -7,6 +7,7 @@ layouts, sdists unpacked in a subfolder, Go module paths, Java package folders).
 from __future__ import annotations
 
 import posixpath
+import re
 import threading
 from collections import defaultdict
 
@@ -15,11 +16,13 @@ from .symbols import Import
 # (file relative path, name in it: None = the module itself, "*" = everything it defines)
 Target = tuple[str, str | None]
 
+_RUST_VERSION = re.compile(r"-\d+(\.\d+)*([-+.][\w.]+)?$")  # a registry folder's `-0.10.3`
 _JS_EXTENSIONS = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".d.ts")
 
 
 class Resolver:
-    def __init__(self) -> None:
+    def __init__(self, root_name: str = "") -> None:
+        self.root_name = root_name  # the workspace folder's name: a crate's, at its root
         self._by_name: dict[str, set[str]] = defaultdict(set)
         self._cache: dict[tuple[str, str, str, str | None], tuple[Target, ...]] = {}
         self._lock = threading.Lock()
@@ -147,6 +150,10 @@ class Resolver:
                 parts = parts[1:]
         else:
             base = ""
+            own = self._own_crate_src(head, from_rel)
+            if own is not None:  # `use itertools::x` in the itertools crate's tests/benches
+                base, parts = own, parts[1:]
+                head = "crate"
         stem = "/".join(parts)
         name = imp.name
 
@@ -167,6 +174,17 @@ class Resolver:
         if head == "crate":  # `use crate::Name`: the crate root
             return [(f, name) for f in find("lib") or find("main")]
         return []
+
+    def _own_crate_src(self, head: str, from_rel: str) -> str | None:
+        """The `src` folder of the workspace crate named `head` (its tests, benches and
+        examples name it as an outside crate would), by the crate folder's name as Cargo and
+        its registry write it (`itertools`, `itertools-0.10.3`, `serde_json` for serde-json);
+        None when no crate of the workspace has that name."""
+        for lib in self._suffix("src/lib.rs", from_rel):
+            crate = posixpath.basename(posixpath.dirname(posixpath.dirname(lib))) or self.root_name
+            if _RUST_VERSION.sub("", crate).replace("-", "_") == head:
+                return posixpath.dirname(lib)
+        return None
 
     def _java(self, from_rel: str, imp: Import) -> list[Target]:
         path = imp.module.replace(".", "/")
