@@ -3,6 +3,7 @@ pinned projects, cut where they say, and the llama.cpp anchor scores its answer'
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,41 @@ def test_corpus_cases_share_the_count_between_a_languages_projects(tmp_path: Pat
     assert {c.root.name for c in cases} == {"pflag", "cobra"}
     assert all(c.language == "go" for c in cases)
     assert quality.corpus_cases(["go"], 6, 0, quality.KINDS, tmp_path) == groups
+
+
+def outcome(exact: bool, similarity: float) -> quality.Outcome:
+    return quality.Outcome(
+        exact=exact,
+        similarity=similarity,
+        first_token=exact,
+        recalled=None,
+        prompt_tokens=900,
+        ms=1.0,
+    )
+
+
+def test_runs_of_some_languages_each_merge_into_one_pooled_report(tmp_path: Path) -> None:
+    paths = []
+    for n, (language, hits) in enumerate((("go", 3), ("rust", 1))):
+        results: quality.Results = {
+            (1024, "file", "random"): [outcome(i < hits, 0.5) for i in range(5)],
+            (1024, "default", "random"): [outcome(i < hits + 1, 0.6) for i in range(5)],
+            (1024, "llama.cpp", "random"): [outcome(i < 1, 0.4) for i in range(5)],
+        }
+        path = tmp_path / f"{n}.json"
+        data = {
+            "strategies": ["file", "default", "llama.cpp"],
+            "budgets": [1024],
+            "outcomes": {language: quality.dump_outcomes(results)},
+        }
+        path.write_text(json.dumps(data))
+        paths.append(str(path))
+    table, text = quality.merge(paths, seed=0)
+    pooled = table["all"]["1024"]["default"]["random"]
+    assert pooled["cases"] == 10 and pooled["exactMatch"]["value"] == 60.0
+    assert pooled["vsFile"]["exactMatch"]["value"] == 20.0  # one more hit in each language
+    assert pooled["vsLlama"]["exactMatch"]["value"] == 40.0
+    assert table["rust"]["1024"]["file"]["random"]["exactMatch"]["value"] == 20.0
+    rows = [row for row in text.split("\n") if row.startswith("| ")][1:]
+    assert [row.split(" | ")[0] for row in rows].count("| go") == 3
+    assert any(row.startswith("| all | random | 10 | default | 60.0") for row in rows)

@@ -43,6 +43,7 @@ its answer's first line is scored as ours is, and `vsLlama` is the paired differ
 
     memosight bench quality --model M --langs typescript,go,rust,java,cpp,python --cases 20 \\
         --llama-server http://127.0.0.1:8012 --threads 2 --out q.json --markdown q.md
+    memosight bench quality --merge go.json,rust.json --markdown all.md   # runs pooled
 """
 
 from __future__ import annotations
@@ -376,6 +377,57 @@ def pooled(per_language: dict[str, Results]) -> Results:
     return out
 
 
+def dump_outcomes(results: Results) -> dict[str, list[list]]:
+    """Every case's scores, `budget/strategy/kind` -> [exact, similarity, first token,
+    recalled, prompt tokens, ms] in case order: what `--merge` pools across runs."""
+    return {
+        f"{budget}/{name}/{kind}": [
+            [o.exact, round(o.similarity, 4), o.first_token, o.recalled, o.prompt_tokens, o.ms]
+            for o in outcomes
+        ]
+        for (budget, name, kind), outcomes in results.items()
+    }
+
+
+def load_outcomes(rows: dict[str, list[list]]) -> Results:
+    """dump_outcomes' inverse (predictions are not kept)."""
+    out: Results = {}
+    for key, values in rows.items():
+        budget, name, kind = key.split("/", 2)
+        out[(int(budget), name, kind)] = [
+            Outcome(
+                exact=v[0],
+                similarity=v[1],
+                first_token=v[2],
+                recalled=v[3],
+                prompt_tokens=v[4],
+                ms=v[5],
+            )
+            for v in values
+        ]
+    return out
+
+
+def merge(paths: Sequence[str], seed: int) -> tuple[dict, str]:
+    """The reports of several `--langs` runs (their JSON files) together: per language and
+    pooled over all their cases, and the markdown table of the first budget."""
+    per_language: dict[str, Results] = {}
+    names: list[str] = []
+    budgets: list[int] = []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        for language, rows in data["outcomes"].items():
+            per_language[language] = load_outcomes(rows)
+        names += [n for n in data["strategies"] if n not in names]
+        budgets += [b for b in data["budgets"] if b not in budgets]
+    table = {
+        language: report(results, names, budgets, seed)
+        for language, results in per_language.items()
+    }
+    table["all"] = report(pooled(per_language), names, budgets, seed)
+    return table, markdown(table, budgets[0], names)
+
+
 def markdown(table: dict, budget: int, names: Sequence[str]) -> str:
     """One row per language, kind and strategy: exact match and edit similarity with their
     intervals, and the paired differences from the file alone and from llama.cpp."""
@@ -608,7 +660,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--markdown", help="with --langs: write a table per language here")
     parser.add_argument("--plot", help="draw exact match per budget and strategy into this PNG")
+    parser.add_argument(
+        "--merge", help="comma-separated JSON files of --langs runs: report them together"
+    )
     args = parser.parse_args(argv)
+    if args.merge:
+        table, text = merge(args.merge.split(","), args.seed)
+        sys.stdout.write(json.dumps(table, indent=2) + "\n")
+        if args.markdown:
+            Path(args.markdown).write_text(text)
+        return 0
     try:
         strategies = [parse_strategy(s) for s in args.strategies.split(",") if s]
     except ValueError as err:
@@ -682,6 +743,9 @@ def main(argv: list[str] | None = None) -> int:
             out["examples"] = {
                 language: examples(results, groups[language], names, first, args.examples)
                 for language, results in per_language.items()
+            }
+            out["outcomes"] = {
+                language: dump_outcomes(results) for language, results in per_language.items()
             }
             return out
 
