@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -24,32 +25,59 @@ from transformers.cache_utils import DynamicLayer
 
 from .decoder import Decoder, Run
 from .drafters import (
-    AcceptanceStats,
     CostModel,
     DraftCandidate,
+    DraftSource,
+    DraftState,
     DraftTree,
     HiddenStateDrafter,
+    PreviousSuggestion,
+    PromptLookup,
     TokenIndex,
+    WorkspaceLookup,
     build_tree,
-    ngram_candidates,
 )
 from .fused_trunk import prepare_trunk
 from .greedy import GreedyDecoder
-from .heads import find_heads
+from .heads import PredictionHeads
 from .kv_cache import new_cache
 from .loading import position_limit
-from .ngram_model import NgramDrafter, NgramTable, find_ngram_table
+from .ngram_model import CorpusNgrams, NgramTable
 from .prefix_cache import PrefixCache
+from .timing import check
 
-PREVIOUS_CONTEXT = 24  # prompt tokens kept before the previous suggestion (to find where it went)
-SOURCES = ("previous", "prompt", "workspace", "corpus", "heads")
-HEADS_PROBE_CALLS = 64  # passes with heads before judging whether they pay
-HEADS_REPROBE_EVERY = 2048
+PROBE_CALLS = 64  # calls of a metered source before judging whether it pays
+REPROBE_EVERY = 2048
 CALIBRATION_CONTEXT = (256, 2048)  # cache lengths the pass costs may be timed on
-# Turns per pass size (fastest kept). With 7, one benchmark run on a shared 2-core VM
-# timed 8-token passes at 4.0 ms (3.2-3.4 in other runs) and drafted less all run (3.9 tokens per
-# pass, 4.0-4.3 in the others).
+# Turns per pass size (the fastest kept): with too few, one slow turn on a busy machine skews
+# the pass costs, and with them every draft tree, for as long as the costs are kept (figures:
+# docs/speculative.md).
 CALIBRATION_REPEATS = 12
+CALIBRATION_PREFILL_CHUNK = 128  # tokens per prefill pass of the timing cache
+
+
+def default_sources(
+    *,
+    heads: HiddenStateDrafter | Literal["auto"] | None = "auto",
+    ngrams: NgramTable | Literal["auto"] | None = "auto",
+) -> list[DraftSource]:
+    """A new instance of every built-in draft source, in the order their candidates enter the
+    tree (the first to propose a node names it). heads / ngrams: "auto" (what is saved for the
+    model), the drafter or table to use, or None (no such source)."""
+    sources: list[DraftSource] = [PreviousSuggestion(), PromptLookup(), WorkspaceLookup()]
+    if ngrams is not None:
+        sources.append(CorpusNgrams(ngrams))
+    if heads is not None:
+        sources.append(PredictionHeads(heads))
+    return sources
+
+
+@dataclass
+class Meter:
+    """What a metered draft source's calls have cost so far."""
+
+    ms: float = 0.0
+    calls: int = 0
 
 
 class ModelRunner:
@@ -127,7 +155,11 @@ class ModelRunner:
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(0, vocab, (context + 40,), generator=generator).tolist()
         cache = new_cache(self.model)
-        self.prefill(ids[:context], cache)
+        # In chunks, asking between them: a request arriving meanwhile must not wait for a
+        # whole long prefill.
+        for start in range(0, context, CALIBRATION_PREFILL_CHUNK):
+            check(cancelled)
+            self.prefill(ids[start : min(context, start + CALIBRATION_PREFILL_CHUNK)], cache)
 
         def run(q: int) -> None:
             tree = DraftTree(tokens=ids[context + 1 : context + q], depths=list(range(1, q)))
@@ -141,10 +173,8 @@ class PassLogits:
     """Logits of one verification pass, projected through the LM head only as the walk needs
     them: the likeliest branch in blocks of rows that double (the first covers the rows the walk
     is expected to need, its accepted drafts and the bonus row, and at least FIRST_BLOCK), other
-    nodes one by one. A head's product over a few rows costs about what one row costs (the
-    embedded model's: 0.29 ms for one row or two, 0.39 for four, 0.65 for eight; Qwen2.5-Coder-
-    0.5B's int8 head with the native kernel 4.0 / 4.5 / 4.9 / 7.4 ms for 1 / 2 / 4 / 8), so a
-    second call costs more than a few rows too many."""
+    nodes one by one. A head's product over a few rows costs about what one row costs, so a
+    second call costs more than a few rows too many (figures: docs/speculative.md)."""
 
     FIRST_BLOCK = 2
 
@@ -197,33 +227,24 @@ class SpeculativeDecoder(Decoder):
         self,
         *,
         prefix_cache: PrefixCache | None = None,
-        heads: HiddenStateDrafter | Literal["auto"] | None = "auto",
-        ngrams: NgramTable | Literal["auto"] | None = "auto",
+        sources: Sequence[DraftSource] | None = None,
         cost_model: CostModel | None = None,
         max_draft: int = 32,
         max_depth: int = 24,
-        sources: Sequence[str] = SOURCES,
         calibrate: bool = True,
     ) -> None:
         super().__init__(prefix_cache=prefix_cache)
-        # "auto": heads saved for the model (heads.find_heads), a drafter of our own, or None.
-        self.heads_option = heads
-        self.heads: HiddenStateDrafter | None = None if heads == "auto" else heads
-        # "auto": the n-gram table saved for the model (ngram_model.find_ngram_table), an
-        # NgramTable, or None.
-        self.ngrams_option = ngrams
-        self.ngrams: NgramDrafter | None = None
+        # Where drafts come from (default_sources() when None); each decoder needs its own.
+        self.sources = list(default_sources() if sources is None else sources)
+        self.ready: list[DraftSource] = []  # the sources fitted to the current model
         self.cost_model = cost_model
         self.max_draft = max_draft
         self.max_depth = max_depth
-        self.sources = frozenset(sources)
         self.calibrate = calibrate
-        self.stats = AcceptanceStats()
         self.workspace: TokenIndex | None = None
         self.totals: dict[str, Any] = {"passes": 0, "tokens": 0, "sources": {}}
         self._runner: ModelRunner | None = None
-        self._heads_ms = 0.0
-        self._heads_calls = 0
+        self._meters: dict[str, Meter] = {}  # per metered source
 
     def set_workspace_tokens(self, documents: Sequence[Sequence[int]]) -> None:
         index = TokenIndex()
@@ -234,10 +255,7 @@ class SpeculativeDecoder(Decoder):
     def runner(self, model: Any) -> ModelRunner:
         if self._runner is None or self._runner.model is not model:
             self._runner = ModelRunner(model)
-            if self.heads_option == "auto":
-                self.heads = find_heads(model)
-            table = find_ngram_table(model) if self.ngrams_option == "auto" else self.ngrams_option
-            self.ngrams = NgramDrafter(table) if table is not None else None
+            self.ready = [source for source in self.sources if source.fit(model)]
             self.prefix_cache.clear()
         return self._runner
 
@@ -276,25 +294,29 @@ class SpeculativeDecoder(Decoder):
             GreedyDecoder().generate(run)
             return
         cost = self.cost(model, len(prompt_ids))
-        previous: TokenIndex | None = run.attachment()  # the buffer's last suggestion
         cache, reused = run.take_cache()
         prefilled = run.prefill(lambda ids: runner.prefill(ids, cache), cache, reused)
         if prefilled is None:  # cancelled while prefilling: the part done is kept
             result.stats = {"speculative": True, "reusedPromptTokens": reused}
             return
         hidden, logits = prefilled
-        context = TokenIndex(prompt_ids) if "prompt" in self.sources else None
-        committed = list(prompt_ids)  # ids whose keys/values are in the cache
+        state = DraftState(
+            committed=list(prompt_ids),  # ids whose keys/values are in the cache
+            prompt_len=len(prompt_ids),
+            hidden=hidden,
+            workspace=self.workspace,
+            kept=run.attached or {},  # what the sources kept for this buffer
+        )
+        for draft_source in self.ready:
+            draft_source.start(state)
         drafted = accepted_total = 0
         by_source: dict[str, int] = {}
         while (token := run.take_next(logits)) is not None:
-            committed.append(token)
-            if context is not None:
-                context.extend((token,))
+            state.committed.append(token)
             room = min(rules.max_new_tokens - len(result.tokens), self.max_depth)
-            candidates = self._candidates(committed, context, previous, hidden, room)
+            candidates, asked = self._candidates(state, room)
             tree = build_tree(candidates, cost, self.max_draft, room)
-            past = len(committed) - 1
+            past = len(state.committed) - 1
             hiddens = runner.verify(token, tree, cache, past)
             result.forward_passes += 1
             drafted += len(tree)
@@ -303,24 +325,20 @@ class SpeculativeDecoder(Decoder):
             runner.keep_path(cache, past, path, len(tree) + 1)
             new = [tree.tokens[i - 1] for i in path[1:]]
             for i in path[1:]:
-                source = tree.sources[i - 1]
-                by_source[source] = by_source.get(source, 0) + 1
-            committed.extend(new)
-            if context is not None:
-                context.extend(new)
+                name = tree.sources[i - 1]
+                by_source[name] = by_source.get(name, 0) + 1
+            state.committed.extend(new)
             accepted_total += len(new)
             node = path[-1]
             if candidates:  # learn how the candidates did: the accepted path and the bonus
                 truth = new + ([] if ended else [scores.choice(node)])
-                self.stats.update(candidates, truth, len(truth))
-                for drafter in (self.heads, self.ngrams):
-                    if drafter is not None:
-                        drafter.feedback(truth)
-            hidden, logits = hiddens[node], scores.at(node)
+                for asked_source in asked:
+                    asked_source.feedback(truth)
+            state.hidden, logits = hiddens[node], scores.at(node)
             if ended:
                 break
-        # A call that suggested nothing keeps the suggestion before it.
-        run.keep(committed, cache, self._suggestion_index(committed, len(prompt_ids)) or previous)
+        kept = {src.name: k for src in self.ready if (k := src.keep(state)) is not None}
+        run.keep(state.committed, cache, kept)
         decode_passes = max(result.forward_passes - 1, 1)
         result.stats = {
             "speculative": True,
@@ -332,60 +350,48 @@ class SpeculativeDecoder(Decoder):
         }
         self.totals["passes"] += result.forward_passes
         self.totals["tokens"] += len(result.tokens)
-        for source, count in by_source.items():
-            self.totals["sources"][source] = self.totals["sources"].get(source, 0) + count
+        for name, count in by_source.items():
+            self.totals["sources"][name] = self.totals["sources"].get(name, 0) + count
 
     def _candidates(
-        self,
-        committed: list[int],
-        context: TokenIndex | None,
-        previous: TokenIndex | None,
-        hidden: torch.Tensor,
-        room: int,
-    ) -> list[DraftCandidate]:
+        self, state: DraftState, room: int
+    ) -> tuple[list[DraftCandidate], list[DraftSource]]:
+        """The candidates of every ready source for this pass, and the sources asked."""
         if room <= 0:
-            return []
-        tail = committed[-3:]
+            return [], []
         out: list[DraftCandidate] = []
-        if previous is not None:
-            out += ngram_candidates("previous", previous, tail, room, self.stats)
-        if context is not None:
-            out += ngram_candidates("prompt", context, tail, room, self.stats)
-        if self.workspace is not None and "workspace" in self.sources:
-            out += ngram_candidates("workspace", self.workspace, tail, room, self.stats)
-        if self.ngrams is not None and "corpus" in self.sources:
-            out += self.ngrams.candidates(committed, room)
-        if self.heads is not None and "heads" in self.sources and self._heads_pay():
-            started = time.perf_counter()
-            out += self.heads.candidates(hidden, room)
-            self._heads_ms += (time.perf_counter() - started) * 1000
-            self._heads_calls += 1
-        return out
+        asked: list[DraftSource] = []
+        for source in self.ready:
+            if not source.metered:
+                out += source.candidates(state, room)
+            elif self._pays(source):
+                started = time.perf_counter()
+                out += source.candidates(state, room)
+                meter = self._meters[source.name]
+                meter.ms += (time.perf_counter() - started) * 1000
+                meter.calls += 1
+            else:
+                continue
+            asked.append(source)
+        return out, asked
 
-    def _heads_pay(self) -> bool:
-        """Heads cost an LM-head product per pass: keep them only while the tokens they get
-        accepted save more than that (measured; re-probed now and then)."""
-        calls = self._heads_calls
-        if calls < HEADS_PROBE_CALLS or calls % HEADS_REPROBE_EVERY < HEADS_PROBE_CALLS:
+    def _pays(self, source: DraftSource) -> bool:
+        """Whether a metered source is worth asking: probed for PROBE_CALLS calls (again every
+        REPROBE_EVERY), then kept only while the tokens it got accepted saved more time than
+        its calls took."""
+        meter = self._meters.setdefault(source.name, Meter())
+        if meter.calls < PROBE_CALLS or meter.calls % REPROBE_EVERY < PROBE_CALLS:
             return True
-        saved = self.totals["sources"].get("heads", 0) * (self.cost_model or CostModel()).cost(1)
-        if saved >= self._heads_ms:
+        accepted = self.totals["sources"].get(source.name, 0)
+        if accepted * (self.cost_model or CostModel()).cost(1) >= meter.ms:
             return True
-        self._heads_calls += 1  # skipped calls still advance toward the next probe
+        meter.calls += 1  # skipped calls still advance toward the next probe
         return False
-
-    def _suggestion_index(self, committed: list[int], prompt_len: int) -> TokenIndex | None:
-        """The suggestion just made, with a little of the prompt before it (to find where it
-        went): the buffer's `previous` draft source next time, kept with its cache."""
-        if "previous" not in self.sources or len(committed) <= prompt_len:
-            return None
-        return TokenIndex(committed[max(0, prompt_len - PREVIOUS_CONTEXT) :])
 
     def describe(self) -> dict[str, Any]:
         return {
             **super().describe(),
             "costModelMs": self.cost_model.costs if self.cost_model else None,
             "totals": self.totals,
-            "heads": self.heads is not None,
-            "ngramContexts": len(self.ngrams.table) if self.ngrams is not None else 0,
+            "draftSources": [source.name for source in self.ready],
         }
