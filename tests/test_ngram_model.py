@@ -16,6 +16,7 @@ from memosight_lsp.engine.heads import lm_head_fingerprint
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.ngram_model import (
     NGRAMS_FILE,
+    CorpusNgrams,
     NgramDrafter,
     NgramTable,
     context_key,
@@ -170,14 +171,14 @@ def test_cli_builds_a_table_the_decoder_uses_losslessly(tiny_model_dir, tmp_path
     assert run.stdout == ""
     assert '"contexts"' in run.stderr and (model_dir / NGRAMS_FILE).is_file()
     loaded = load_model(model_dir, device="cpu")
-    decoder = SpeculativeDecoder(heads=None, cost_model=FLAT_COST, sources=("corpus",))
+    decoder = SpeculativeDecoder(sources=[CorpusNgrams()], cost_model=FLAT_COST)
     accepted = 0
     for prompt in prompts_from_files(loaded.tokenizer, 40, seed=7):
         rules = StopRules(max_new_tokens=32)
         got = decoder(loaded.model, prompt, rules)
         assert got.tokens == greedy_generate(loaded.model, prompt, rules).tokens
         accepted += got.stats["acceptedBySource"].get("corpus", 0)
-    assert decoder.ngrams is not None and accepted > 0
+    assert "corpus" in decoder.describe()["draftSources"] and accepted > 0
 
 
 def test_cli_refuses_bad_arguments(tmp_path):

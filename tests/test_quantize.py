@@ -246,14 +246,15 @@ def test_speculative_decoding_of_a_quantized_model_stays_close_to_its_plain_gree
     from memosight_lsp.engine.decoder import StopRules
     from memosight_lsp.engine.drafters import CostModel
     from memosight_lsp.engine.greedy import greedy_generate
-    from memosight_lsp.engine.speculative import SpeculativeDecoder
+    from memosight_lsp.engine.speculative import SpeculativeDecoder, default_sources
 
     kind, layout = variant
     model = wide_model("qwen2")
     quantize_model(model, kind, layout=layout)
     rules = StopRules(max_new_tokens=24)
     decoder = SpeculativeDecoder(
-        heads=None, ngrams=None, cost_model=CostModel({1: 1.0, 16: 1.0, 32: 2.0})
+        sources=default_sources(heads=None, ngrams=None),
+        cost_model=CostModel({1: 1.0, 16: 1.0, 32: 2.0}),
     )
     generator = torch.Generator().manual_seed(5)
     same = drafted = 0

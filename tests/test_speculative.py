@@ -11,11 +11,17 @@ from tiny_models import STDLIB, tiny_causal_lm, tiny_tokenizer
 from transformers import AutoModelForCausalLM
 
 from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.drafters import CostModel, DraftCandidate, HiddenStateDrafter
+from memosight_lsp.engine.drafters import (
+    CostModel,
+    DraftCandidate,
+    HiddenStateDrafter,
+    PreviousSuggestion,
+)
 from memosight_lsp.engine.fused_trunk import FusedTrunk, HFTrunk, prepare_trunk
 from memosight_lsp.engine.greedy import greedy_generate
+from memosight_lsp.engine.heads import PredictionHeads
 from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.speculative import SpeculativeDecoder
+from memosight_lsp.engine.speculative import SpeculativeDecoder, default_sources
 
 FILES = ("argparse.py", "json/decoder.py", "dataclasses.py", "functools.py", "textwrap.py")
 # A verification pass of up to 16 tokens costs about one step: drafts are never pruned by cost.
@@ -82,7 +88,7 @@ def test_branching_tree_is_verified_exactly(tiny_model_dirs):
         loaded = load_model(tiny_model_dirs[arch], device="cpu")
         oracle = OracleDrafter()
         decoder = SpeculativeDecoder(
-            heads=oracle, cost_model=FLAT_COST, sources=("heads",), calibrate=False
+            sources=[PredictionHeads(oracle)], cost_model=FLAT_COST, calibrate=False
         )
         for prompt in prompts_from_files(loaded.tokenizer, 6, seed=11):
             rules = StopRules(max_new_tokens=30)
@@ -112,7 +118,7 @@ def test_eager_attention_uses_an_additive_mask(tiny_model_dirs):
     assert isinstance(trunk, HFTrunk) and trunk.additive_mask
     loaded = load_model(folder, device="cpu")
     oracle = OracleDrafter()
-    decoder = SpeculativeDecoder(heads=oracle, cost_model=FLAT_COST, sources=("heads",))
+    decoder = SpeculativeDecoder(sources=[PredictionHeads(oracle)], cost_model=FLAT_COST)
     for prompt in prompts_from_files(loaded.tokenizer, 4, seed=5):
         want = greedy_generate(model, prompt, StopRules(max_new_tokens=20))
         oracle.truth, oracle.done = want.tokens, 0
@@ -173,7 +179,7 @@ def test_allowed_tokens_constrain_like_greedy(tiny_model_dir):
 
 def test_previous_suggestion_is_drafted_again(tiny_model_dir):
     loaded = load_model(tiny_model_dir, device="cpu")
-    decoder = SpeculativeDecoder(cost_model=FLAT_COST, sources=("previous",))
+    decoder = SpeculativeDecoder(cost_model=FLAT_COST, sources=[PreviousSuggestion()])
     prompt = prompts_from_files(loaded.tokenizer, 1, seed=8)[0]
     rules = StopRules(max_new_tokens=24)
     first = decoder(loaded.model, prompt, rules, buffer_id="doc")
@@ -217,8 +223,8 @@ def test_fused_trunk_architectures_stay_lossless(arch):
     assert isinstance(prepare_trunk(model), FusedTrunk)
     eos = tokenizer.eos_token_id
     oracle = OracleDrafter()
-    trees = SpeculativeDecoder(heads=oracle, cost_model=FLAT_COST, sources=("heads",))
-    ngrams = SpeculativeDecoder(heads=None, cost_model=FLAT_COST)
+    trees = SpeculativeDecoder(sources=[PredictionHeads(oracle)], cost_model=FLAT_COST)
+    ngrams = SpeculativeDecoder(sources=default_sources(heads=None), cost_model=FLAT_COST)
     for prompt in prompts_from_files(tokenizer, 8, seed=3):
         want = greedy_generate(model, prompt, StopRules(max_new_tokens=20))
         oracle.truth, oracle.done = want.tokens, 0

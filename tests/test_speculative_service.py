@@ -8,7 +8,7 @@ import pytest
 from tiny_models import STDLIB
 
 from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
-from memosight_lsp.engine.drafters import CostModel
+from memosight_lsp.engine.drafters import CostModel, WorkspaceLookup
 from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
@@ -94,7 +94,7 @@ def test_open_buffers_feed_the_workspace_drafts(tiny_model_dir):
     assert plain.new_tokens >= 3  # the random model loops here: stopped after three copies
     # Another buffer holding the lines above the cursor followed by what greedy decoding says.
     other = "\n".join(lines[100:120]) + "\n" + plain.raw + "\n"
-    decoder = SpeculativeDecoder(sources=("workspace",))
+    decoder = SpeculativeDecoder(sources=[WorkspaceLookup()])
     engine = CompletionEngine(loaded, decoder=decoder)
     fast = engine.complete(CompletionRequest(**request, open_buffers={"/other.py": other}))
     assert (fast.raw, fast.text) == (plain.raw, plain.text)

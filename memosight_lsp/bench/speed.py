@@ -45,7 +45,7 @@ from memosight_lsp.engine.decoder import StopRules
 from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
 from memosight_lsp.engine.memory import release_free_memory
-from memosight_lsp.engine.speculative import SpeculativeDecoder
+from memosight_lsp.engine.speculative import SpeculativeDecoder, default_sources
 
 from .llama_server import LlamaServer, LlamaServerError
 
@@ -269,22 +269,23 @@ def ablation(
     max_new: int,
     drafters: dict[str, Any],
 ) -> dict[str, Any]:
-    """Median speed-up vs transformers generate with one draft source at a time."""
+    """Median speed-up vs transformers generate with one draft source at a time (each that
+    drafts in a one-off call and has what it needs for the model)."""
     rules = StopRules(max_new_tokens=max_new, stop_token_ids=loaded.stop_token_ids)
     out = {}
-    for source in ("prompt", "corpus", "heads"):
-        decoder = SpeculativeDecoder(sources=(source,), **drafters)
+    for source in default_sources(**drafters):
+        if not source.drafts_alone:
+            continue
+        decoder = SpeculativeDecoder(sources=[source])
         decoder(loaded.model, prompts[0]["ids"], rules)  # calibrate and warm up
-        if (source == "heads" and decoder.heads is None) or (
-            source == "corpus" and decoder.ngrams is None
-        ):
+        if source not in decoder.ready:
             continue
         speedups, per_pass = [], []
         for sample, row in zip(prompts, rows, strict=True):
             got, seconds = timed(decoder, loaded.model, sample["ids"], rules)
             speedups.append(row["hfMs"] / (seconds * 1000))
             per_pass.append(got.stats["tokensPerPass"])
-        out[source] = {
+        out[source.name] = {
             "medianSpeedupVsHf": round(statistics.median(speedups), 3),
             "meanTokensPerPass": round(statistics.mean(per_pass), 3),
         }
@@ -316,7 +317,7 @@ def type_through(
     previous suggestion both apply. Compared with a cold transformers generate on the new prompt
     (without it: with cold plain greedy decoding)."""
     rules = StopRules(max_new_tokens=max_new, stop_token_ids=loaded.stop_token_ids)
-    decoder = SpeculativeDecoder(**drafters)
+    decoder = SpeculativeDecoder(sources=default_sources(**drafters))
     decoder(loaded.model, prompts[0]["ids"], rules)  # calibrate and warm up
     tok = loaded.tokenizer
     speedups: list[float] = []
@@ -596,7 +597,7 @@ def main(argv: list[str]) -> int:
         "heads": None if args.no_heads else "auto",
         "ngrams": None if args.no_ngrams else "auto",
     }
-    decoder = SpeculativeDecoder(**drafters)
+    decoder = SpeculativeDecoder(sources=default_sources(**drafters))
     rows = run_samples(
         loaded, prompts, args.max_new_tokens, decoder, max(1, args.repeats), with_hf=not args.no_hf
     )

@@ -1,16 +1,12 @@
 """Draft tokens for speculative decoding, merged into one candidate tree sized by a cost model.
 
-Sources (each proposes candidate continuations of the committed tokens):
-- `prompt`: n-gram lookup in the prompt and the tokens generated so far (code repeats itself);
-- `previous`: the last suggestion made for this buffer (the user often types it through);
-- `workspace`: n-gram lookup in other text of the workspace, given as token ids;
-- `heads`: the top-k tokens of the Medusa-style prediction heads (see heads.py).
-
-Every candidate token carries an estimated acceptance probability from online counts per source
-and match length (calibrated as decoding goes, starting from a prior). The tree keeps the likeliest
-nodes, as many as maximise expected tokens per millisecond, with the cost of a pass over q tokens
-measured on the device (CostModel.calibrate). When no draft is likely enough, the pass is a plain
-one-token step: drafting turns itself off where it does not pay.
+A draft source (DraftSource) proposes candidate continuations of the committed tokens; the
+decoder holds a list of them (speculative.default_sources lists the built-in ones). Every
+candidate token carries the source's estimate of its acceptance probability, from the source's
+own priors and online counts. The tree keeps the likeliest nodes, as many as maximise expected
+tokens per millisecond, with the cost of a pass over q tokens measured on the device
+(CostModel.calibrate). When no draft is likely enough, the pass is a plain one-token step:
+drafting turns itself off where it does not pay.
 """
 
 from __future__ import annotations
@@ -18,9 +14,9 @@ from __future__ import annotations
 import itertools
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .timing import affordable_turns, check
 
@@ -28,20 +24,11 @@ if TYPE_CHECKING:
     import torch
 
 MAX_NGRAM = 3
-OTHER = 10  # added to the match length of second guesses (their own acceptance counts)
-# Prior per-token acceptance rates before any counts (pseudo-counts of PRIOR_WEIGHT tokens).
-PRIORS = {
-    ("previous", 3): 0.8,
-    ("previous", 2): 0.7,
-    ("previous", 1): 0.5,
-    ("prompt", 3): 0.6,
-    ("prompt", 2): 0.45,
-    ("prompt", 1): 0.25,
-    ("workspace", 3): 0.5,
-    ("workspace", 2): 0.35,
-    ("workspace", 1): 0.15,
-}
-PRIOR_WEIGHT = 8.0
+# A lookup's second guess (an older match whose next token differs) counts its acceptance apart:
+# its match key is the match length + OTHER (TokenIndex.lookup).
+OTHER = 10
+DEFAULT_PRIOR = 0.3  # acceptance rate before any counts of a key without a prior of its own
+PRIOR_WEIGHT = 8.0  # pseudo-counts behind each prior
 MIN_PROBABILITY = 0.02  # below this a node is never worth drafting
 
 
@@ -101,15 +88,154 @@ class HiddenStateDrafter(Drafter, ABC):
         """Candidates of up to `limit` tokens after the position of `hidden` [H]."""
 
 
-class AcceptanceStats:
-    """Online per-token acceptance rate per (source, match length), starting from PRIORS."""
+@dataclass(kw_only=True)
+class DraftState:
+    """One decoder call as draft sources see it; the decoder updates it after every pass."""
+
+    committed: list[int]  # the prompt, then each accepted token: the cache holds all but the last
+    prompt_len: int
+    hidden: torch.Tensor | None = None  # [H] last hidden state, whose logits chose committed[-1]
+    workspace: TokenIndex | None = None  # other workspace text (Decoder.set_workspace_tokens)
+    kept: Mapping[str, Any] = field(default_factory=dict)  # per source: keep() of the last call
+
+
+class DraftSource(ABC):
+    """One source of draft tokens; SpeculativeDecoder holds a list of them.
+
+    Each pass the decoder asks every source fitted to the model for candidates after
+    state.committed, at most `room` tokens deep, merges them into one tree (build_tree) and
+    verifies it, then tells each source it asked what the model said (feedback). A source gives
+    each token its own estimate of the chance it is accepted (its priors, then its own counts):
+    the estimates only shape the tree, verification decides, so any source keeps the output
+    identical to greedy decoding. A decoder runs one call at a time, so a source may keep the
+    state of the current call on itself.
+    """
+
+    name: ClassVar[str]  # its key in the decoder's acceptedBySource
+    # True: candidates() costs enough to time; the decoder then skips the source while the
+    # tokens it gets accepted save less time than it takes (probing again now and then).
+    metered: ClassVar[bool] = False
+    # False: it drafts from earlier calls or other buffers, which a one-off call lacks.
+    drafts_alone: ClassVar[bool] = True
+
+    def fit(self, model: Any) -> bool:
+        """Get ready to draft for `model` (load what was saved for it), when the decoder meets
+        it; False: nothing to draft with for this model, the decoder leaves the source out."""
+        return True
+
+    def start(self, state: DraftState) -> None:
+        """A call begins; state.committed is the prompt. Nothing by default."""
+        return
+
+    @abstractmethod
+    def candidates(self, state: DraftState, room: int) -> list[DraftCandidate]:
+        """Continuations of state.committed, at most `room` tokens each, with the cumulative
+        probability that each prefix is accepted."""
+
+    def feedback(self, truth: Sequence[int]) -> None:
+        """The model's tokens after the last candidates (the accepted ones, then its own next
+        token when generation went on). Nothing by default."""
+        return
+
+    def keep(self, state: DraftState) -> Any:
+        """What to keep with the buffer's cache when the call ends: state.kept[name] of the
+        buffer's next call. None by default."""
+        return None
+
+
+class LookupSource(DraftSource):
+    """N-gram lookup in a TokenIndex: the continuations after the latest match of the last
+    1..MAX_NGRAM committed tokens, and after an older match that went on differently. Each
+    token's acceptance rate comes from counts per match key, starting from `priors`."""
+
+    priors: ClassVar[Mapping[int, float]]  # per match length; second guesses: DEFAULT_PRIOR
 
     def __init__(self) -> None:
+        self.stats = AcceptanceStats({(self.name, n): p for n, p in self.priors.items()})
+        self._last: list[DraftCandidate] = []
+
+    @abstractmethod
+    def index(self, state: DraftState) -> TokenIndex | None:
+        """The tokens to look the committed tail up in."""
+
+    def candidates(self, state: DraftState, room: int) -> list[DraftCandidate]:
+        index = self.index(state)
+        tail = state.committed[-MAX_NGRAM:]
+        found = [] if index is None else ngram_candidates(self.name, index, tail, room, self.stats)
+        self._last = found
+        return found
+
+    def feedback(self, truth: Sequence[int]) -> None:
+        self.stats.update(self._last, truth, len(truth))
+        self._last = []
+
+
+class PromptLookup(LookupSource):
+    """The prompt and the tokens generated so far: code repeats itself."""
+
+    name = "prompt"
+    priors: ClassVar[Mapping[int, float]] = {3: 0.6, 2: 0.45, 1: 0.25}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._index = TokenIndex()
+
+    def start(self, state: DraftState) -> None:
+        self._index = TokenIndex(state.committed)
+
+    def index(self, state: DraftState) -> TokenIndex:
+        self._index.extend(state.committed[len(self._index.tokens) :])
+        return self._index
+
+
+class PreviousSuggestion(LookupSource):
+    """The buffer's last suggestion, with a little of the prompt before it (to find where it
+    went): the user often types it through."""
+
+    name = "previous"
+    priors: ClassVar[Mapping[int, float]] = {3: 0.8, 2: 0.7, 1: 0.5}
+    drafts_alone = False
+    CONTEXT = 24  # prompt tokens kept before the suggestion
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._index: TokenIndex | None = None
+
+    def start(self, state: DraftState) -> None:
+        self._index = state.kept.get(self.name)
+
+    def index(self, state: DraftState) -> TokenIndex | None:
+        return self._index
+
+    def keep(self, state: DraftState) -> TokenIndex | None:
+        """The suggestion just made; a call that suggested nothing keeps the one before it."""
+        if len(state.committed) <= state.prompt_len:
+            return self._index
+        return TokenIndex(state.committed[max(0, state.prompt_len - self.CONTEXT) :])
+
+
+class WorkspaceLookup(LookupSource):
+    """Other text of the workspace, given to the decoder as token ids."""
+
+    name = "workspace"
+    priors: ClassVar[Mapping[int, float]] = {3: 0.5, 2: 0.35, 1: 0.15}
+    drafts_alone = False
+
+    def index(self, state: DraftState) -> TokenIndex | None:
+        return state.workspace
+
+
+class AcceptanceStats:
+    """Online per-token acceptance rate per (source, match key), starting from `priors`
+    (DEFAULT_PRIOR for a key without one)."""
+
+    def __init__(self, priors: Mapping[tuple[str, int], float] | None = None) -> None:
+        self.priors = dict(priors or {})
         self.accepted: dict[tuple[str, int], float] = {}
         self.proposed: dict[tuple[str, int], float] = {}
 
     def rate(self, bucket: tuple[str, int]) -> float:
-        prior = PRIORS.get(bucket, 0.3)
+        prior = self.priors.get(bucket, DEFAULT_PRIOR)
         acc = self.accepted.get(bucket, 0.0) + prior * PRIOR_WEIGHT
         return acc / (self.proposed.get(bucket, 0.0) + PRIOR_WEIGHT)
 
@@ -215,9 +341,9 @@ class CostModel:
     """Measured cost (ms) of one forward over q new tokens on top of a KV cache."""
 
     def __init__(self, costs: dict[int, float] | None = None) -> None:
-        # Default (nothing timed), in units of a one-token pass: roughly the shape measured on
-        # a 2-core AMD EPYC, where a 14M-parameter Llama on a 1,024-token cache took 1.6x one
-        # pass for 8 tokens, 2.1x for 16 and 2.7x for 32, and a 0.5B-shaped one ~3.5x for 64.
+        # Default (nothing timed), in units of a one-token pass: roughly the shape measured for
+        # small models on a CPU, where a pass over more tokens costs far less than as many
+        # one-token passes (figures: docs/speculative.md).
         self.costs = dict(costs or {1: 1.0, 2: 1.2, 4: 1.3, 8: 1.5, 16: 2.0, 32: 2.7, 64: 4.5})
         self._points = sorted(self.costs.items())
 
@@ -299,8 +425,8 @@ def build_tree(
     # Parents always precede children in this order (prob never increases with depth).
     nodes.sort(key=lambda n: (-n.prob, n.depth))
     # Expected tokens per millisecond: (1 bonus token + sum of kept probabilities) / pass cost.
-    # Scanned over every size, since the cost curve is step-shaped (2 tokens can cost 1.6x of 1
-    # while 8 cost hardly more than 2), so a marginal rule would stop too early.
+    # Scanned over every size, since the cost curve is step-shaped (two tokens can cost much more
+    # than one while eight cost hardly more than two), so a marginal rule would stop too early.
     best_count, best_rate, expected = 0, 1.0 / cost.cost(1), 1.0
     for count, node in enumerate(nodes[:max_nodes], 1):
         expected += node.prob

@@ -19,13 +19,13 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .drafters import MIN_PROBABILITY, DraftCandidate, HiddenStateDrafter
+from .drafters import MIN_PROBABILITY, DraftCandidate, DraftSource, DraftState, HiddenStateDrafter
 from .fused_trunk import prepare_trunk
 from .quantize import QuantizedLinear, weight_fingerprint
 
@@ -191,7 +191,7 @@ class HeadsDrafter(HiddenStateDrafter):
             return []
         states = self.heads(hidden)[:depth]  # [K, H]
         # Heads are projected one at a time, only while the top-1 chain is still likely: an
-        # LM-head row is most of a head's cost (embedded model: 0.14 ms of ~0.2).
+        # LM-head row is most of a head's cost.
         ts: list[list[int]] = []
         ps: list[list[float]] = []
         self._last = []
@@ -226,3 +226,29 @@ class HeadsDrafter(HiddenStateDrafter):
                 break
             self.accepted[d] += 1.0
         self._last = []
+
+
+class PredictionHeads(DraftSource):
+    """The draft source of prediction heads: those saved for the model ("auto", see find_heads)
+    or any HiddenStateDrafter given. Metered: each call costs LM-head products."""
+
+    name = "heads"
+    metered = True
+
+    def __init__(self, drafter: HiddenStateDrafter | Literal["auto"] = "auto") -> None:
+        self.option = drafter
+        self.drafter: HiddenStateDrafter | None = None if drafter == "auto" else drafter
+
+    def fit(self, model: Any) -> bool:
+        if self.option == "auto":
+            self.drafter = find_heads(model)
+        return self.drafter is not None
+
+    def candidates(self, state: DraftState, room: int) -> list[DraftCandidate]:
+        if self.drafter is None or state.hidden is None:
+            return []
+        return self.drafter.candidates(state.hidden, room)
+
+    def feedback(self, truth: Sequence[int]) -> None:
+        if self.drafter is not None:
+            self.drafter.feedback(truth)

@@ -20,11 +20,11 @@ import logging
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from .drafters import MIN_PROBABILITY, DraftCandidate, Drafter
+from .drafters import MIN_PROBABILITY, DraftCandidate, Drafter, DraftSource, DraftState
 from .heads import heads_folders, lm_head_fingerprint
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class NgramTable:
         keys = self.keys
         for n in range(min(self.max_order, len(tail)), 0, -1):
             # A numpy scalar of the array's own type: a Python int makes numpy convert the
-            # whole array for the comparison (~200 us per lookup instead of ~0.5).
+            # whole array for the comparison, hundreds of times slower (docs/speculative.md).
             key = np.uint32(context_key(tail[-n:]))
             i = int(keys.searchsorted(key))
             if i < len(keys) and keys[i] == key:
@@ -174,7 +174,7 @@ def find_ngram_table(model: Any) -> NgramTable | None:
 def _bucket(share: float, depth: int, second: bool = False) -> int:
     """Acceptance counts are kept per share decile, for first guesses also per depth (0, 1, 2+):
     deeper in a chain that was right so far the table is right more often than its share says
-    (held-out code: a share of 0.3 is accepted ~30% of the time first, ~55% from depth 2)."""
+    (on held-out code; figures: docs/speculative.md)."""
     decile = min(int(share * 10), 9)
     return SECOND_GUESSES + decile if second else 10 * min(depth, 2) + decile
 
@@ -269,3 +269,26 @@ class NgramDrafter(Drafter):
                 self.proposed[bucket] += 1.0
                 self.accepted[bucket] += float(truth[depth] == token)
         self._last, self._detours = [], []
+
+
+class CorpusNgrams(DraftSource):
+    """The draft source of an n-gram table: the one saved for the model ("auto", see
+    find_ngram_table) or the one given. Its priors are the table's own shares."""
+
+    name = "corpus"
+
+    def __init__(self, table: NgramTable | Literal["auto"] = "auto") -> None:
+        self.table = table
+        self.drafter: NgramDrafter | None = None
+
+    def fit(self, model: Any) -> bool:
+        table = find_ngram_table(model) if self.table == "auto" else self.table
+        self.drafter = NgramDrafter(table) if table is not None else None
+        return self.drafter is not None
+
+    def candidates(self, state: DraftState, room: int) -> list[DraftCandidate]:
+        return self.drafter.candidates(state.committed, room) if self.drafter else []
+
+    def feedback(self, truth: Sequence[int]) -> None:
+        if self.drafter is not None:
+            self.drafter.feedback(truth)
