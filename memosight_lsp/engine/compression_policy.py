@@ -1,6 +1,7 @@
 """When each compression stage runs: only where `memosight bench compress` measured a gain.
 
-Measured on CPU (5.5M-param default model, 4 layers, 2 shared cores; docs/compression.md):
+What `memosight bench compress` found on a CPU (figures: docs/compression.md,
+docs/speculative.md):
 - SnapKV scoring adds a fixed cost on top of the full prefill (capturing the window queries and
   one [w x n] softmax per layer) and saves a little attention per generated token; the saving is
   worth it only when the prompt is long: below ~2k tokens the KV cache is a few MB and decoding
@@ -38,14 +39,14 @@ KvMode = Literal["off", "lossless-draft", "lossy-snapkv"]
 class Thresholds:
     kv_min_prompt_tokens: int = 2048  # below: compression overhead > savings (measured)
     kv_ratio: float = 4.0
-    # Measured 1.2-1.7x slower than plain greedy on CPU (a draft pass costs about a verify pass
-    # when per-layer overhead dominates); allowed on accelerators, where steps are attention-bound.
+    # Measured slower than plain greedy on CPU (a draft pass costs about a verify pass when
+    # per-layer overhead dominates); allowed on accelerators, where steps are attention-bound.
     lossless_on_cpu: bool = False
     chunk_min_budget_tokens: int = 2048  # small budgets: the structural ranker is enough
     chunk_min_overflow: float = 1.5  # candidate tokens / room before model scoring pays
     chunk_max_candidates: int = 32  # one forward pass each: cap the latency
-    # One pass per candidate: ~1 s for 32 candidates with the default model on one CPU core
-    # (docs/compression.md), too slow for a keystroke; allowed on accelerators.
+    # One pass per candidate: too slow for a keystroke on a CPU (docs/compression.md); allowed
+    # on accelerators.
     chunk_on_cpu: bool = False
 
 

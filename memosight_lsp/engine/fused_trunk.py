@@ -4,13 +4,12 @@ A decoding step of a small model on a CPU is bound by per-operator overhead and 
 weights, not by arithmetic. transformers' forward builds masks, dispatches ~30 modules a layer and
 makes 7 matrix products a layer; FusedTrunk does the same math for the Llama family (Llama,
 Mistral without a sliding window, Qwen2, Qwen3) with q/k/v fused into one product (gate and up
-stay apart: SiLU over a slice of a fused output ran 2.5x slower in a prefill), products over a
-few rows run whichever kernel this CPU, at this thread count, ran fastest when timed (row_kernels),
+stay apart: SiLU over a slice of a fused output is slow in a prefill), products over a few rows
+run whichever kernel this CPU, at this thread count, ran fastest when timed (row_kernels),
 RMSNorm as one operator, rotary embeddings for queries and keys at once and a mask built only
-when one is needed (embedded model, 2 threads, one token on a 900-token cache with its logits:
-4.6 -> ~1.9 ms; docs/speculative.md). The model's own modules keep working: their weights become
-views into the fused matrices; the only copies are row_kernels' transposed ones, kept for small
-models and only while some row count runs fastest with them.
+when one is needed (what each of these saved: docs/speculative.md). The model's own modules keep
+working: their weights become views into the fused matrices; the only copies are row_kernels'
+transposed ones, kept for small models and only while some row count runs fastest with them.
 
 Every decoder that must agree token for token with plain greedy decoding (greedy.py,
 speculative.py) runs through `prepare_trunk(model)`, so they share exactly the same arithmetic.
@@ -20,18 +19,19 @@ In bfloat16 (and with int8 / int4 weights, whose activations are bfloat16) a ver
 is made bitwise equal to one-token steps, so speculative decoding stays token-for-token what
 plain greedy decoding gives there too. The products and norms already are (each row of a
 product comes out the same whatever the row count); attention is not: one batched call over k
-queries with a mask rounds differently from k one-query calls (bf16: up to ~5e-4, enough to
-flip an argmax now and then). So passes of up to EXACT_ROWS rows on top of a cache attend row by
+queries with a mask rounds differently from k one-query calls (in bf16 enough to flip an argmax
+now and then). So passes of up to EXACT_ROWS rows on top of a cache attend row by
 row, each row to exactly the keys a one-token step would see (its prefix, or for a tree node the
 past and its ancestors, gathered in order). Where the native kernels run (native_kernels.py),
 one native_kernels.attend call does that for all rows of every pass, prompt prefills and one-token
 steps included; with the native kernels' int8 / int4 products, which are row-consistent at any
 row count, a token's keys and values are then the same bits however it entered the cache
 (prefilled in a prompt, decoded, or verified), so a buffer's reused cache decodes exactly as a
-cold prompt would. torch's bfloat16 attention took ~0.75 ms a layer for one query over 900
-keys, the native one ~0.03 ms. Elsewhere each verified row is a call of torch's attention of its
-own, and prompt prefills (`prefill=True`) attend batched (row by row cost ~10-20 ms a row at 0.5B
-parameters in bf16). float32 keeps the batched call (it differs by ~1e-7).
+cold prompt would, and faster than torch's bfloat16 attention for one query. Elsewhere each
+verified row is a call of torch's attention of its own, and prompt prefills (`prefill=True`)
+attend batched (row by row would make a long prompt's prefill many times slower). float32 keeps
+the batched call: its rounding differences stay far below an argmax's margin. Figures:
+docs/speculative.md.
 
 The model owns its trunk: the first `prepare_trunk` re-lays its weights out and keeps the trunk
 on the model itself (TRUNK_ATTRIBUTE), so the trunk lives exactly as long as the weights it
@@ -371,7 +371,7 @@ class FusedTrunk(HFTrunk):
 
     def skip_timing(self) -> None:
         """Few-row products run F.linear, untimed, and no copies are kept: for one-shot use
-        (`memosight complete`), where timing the kernels (~0.5 s) would cost more than it saves."""
+        (`memosight complete`), where timing the kernels would cost more than it saves."""
         self.timed_kernels = False
         self._drop_copies()
 
@@ -449,8 +449,7 @@ class FusedTrunk(HFTrunk):
         x = self.embed(input_ids)  # [1, S, H]
         attn_mask = None
         if mask is not None:
-            # Additive, made once: attention converts a bool mask again in every layer (~15 us
-            # each for a tree pass on a 900-token cache).
+            # Additive, made once: attention would convert a bool mask again in every layer.
             attn_mask = torch.zeros(mask.shape, dtype=x.dtype, device=device)
             attn_mask = attn_mask.masked_fill_(~mask, float("-inf"))[None, None]
         cos, sin = self.rotary(x, positions[None])  # [1, S, D]
@@ -472,7 +471,7 @@ class FusedTrunk(HFTrunk):
         """run(rows, kernel): a causal pass over `rows` tokens on a cache of TIMING_CONTEXT
         (fewer where the model has fewer positions) and their logits, rolled back after. Timed
         as a whole: how fast the LM head runs depends on what the pass left in the CPU's caches
-        (alone, in a loop, a one-row product by the embedded model's head looks 3x faster)."""
+        (alone, in a loop, a one-row product by the head looks much faster than in a pass)."""
         vocab = int(self.model_config.vocab_size)
         limit = int(getattr(self.model_config, "max_position_embeddings", 0) or 0)
         context = TIMING_CONTEXT if not limit else max(0, min(TIMING_CONTEXT, limit - FEW_ROWS))

@@ -1,8 +1,8 @@
 """The KV cache every decoder here uses: transformers' DynamicCache with layers that grow in place.
 
 DynamicLayer appends each step's keys and values with torch.cat, copying the whole cache every
-token: ~10% of a decoding step of a small model on a CPU (measured with the embedded model at
-900 tokens: 4.4 -> 3.9 ms per step). GrowingLayer keeps a buffer with spare room and hands out a
+token: a noticeable share of a small model's decoding step on a CPU (figures:
+docs/speculative.md). GrowingLayer keeps a buffer with spare room and hands out a
 view of its filled part, so a step writes only the new positions. It is still a DynamicLayer to
 everything else: `crop` slices the view, in-place edits of `keys`/`values` write to the buffer,
 and a tensor assigned from outside (a compressed cache) is adopted on the next update.

@@ -3,10 +3,9 @@
 A prefill allocates and frees tens of megabytes of temporaries per layer (activations, the bf16
 copies of int8 weights that many-row products use). glibc's allocator raises its mmap threshold
 after such frees, so later temporaries come from its heaps, and the holes they leave stay
-resident: on Qwen2.5-Coder-0.5B (int4) `bench speed` peaked ~200 MB higher than with the holes
-returned. Fixing the threshold instead returns them at once but makes every temporary a fresh
-mapping (prefill measured 1.8x slower), so the worker trims when it goes idle instead
-(`malloc_trim`, ~8 ms with the model loaded: never on a keystroke's path).
+resident, raising the peak. Fixing the threshold instead returns them at once but makes every
+temporary a fresh mapping, which slows prefills, so the worker trims when it goes idle instead
+(`malloc_trim` takes milliseconds: never on a keystroke's path). Figures: docs/speculative.md.
 """
 
 from __future__ import annotations

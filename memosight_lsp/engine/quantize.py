@@ -9,9 +9,8 @@ Two layouts. "vnni", where the project's own kernels run (engine/native_kernels.
 weights in tiles (engine/vnni_layout.py), activations quantized to int8 per group of 32 inside
 the product, whose cost barely grows from 1 to 8 rows and which beats a dense product at
 prefill sizes too. Elsewhere "aten": torch's `_weight_int8pack_mm` / `_weight_int4pack_mm_for_cpu`
-with bfloat16 activations. Those are made for decoding: their cost grows with every row
-(Qwen2.5-Coder-0.5B shapes, one thread: int4 1 / 8 / 64 rows 28 / 104 / 792 ms a pass, int8 83 /
-180 / 1,103), so from MANY_ROWS rows an "aten" product converts the int8 values to the
+with bfloat16 activations. Those are made for decoding: their cost grows with every row (figures:
+docs/speculative.md), so from MANY_ROWS rows an "aten" product converts the int8 values to the
 activations' dtype and runs one dense product: int8 weights as they are, int4 ones from an int8
 copy of the same weight (1.5 bytes a weight in all).
 
@@ -40,8 +39,8 @@ Quantization = Literal["none", "int8", "int4"]
 Layout = Literal["aten", "vnni"]
 INT4_GROUP = 128  # input channels per int4 scale/zero (what torchao uses on CPU by default)
 INT4_INNER_K_TILES = 2  # the CPU packing's tile size (in_features must divide by 16 * this)
-# From here on "aten" products run dense. The kernels lose from ~32 rows, but a verification
-# pass (up to 33 rows) must run the kernel a one-token step runs, to give the same bits.
+# From here on "aten" products run dense. The kernels lose to a dense product below this, but a
+# verification pass (up to 33 rows) must run the kernel a one-token step runs, for the same bits.
 MANY_ROWS = 64
 CHUNK_ROWS = 4096  # output channels quantized at a time (bounds the float32 temporaries)
 
@@ -438,7 +437,7 @@ def quantize_model(model: Any, kind: Quantization, layout: Layout | None = None)
     if getattr(model.config, "tie_word_embeddings", False):
         model.config.tie_word_embeddings = False  # the head is no longer the embedding
     # What stays dense (embeddings, norms) may be views of the memory-mapped weight file: as
-    # copies they let the mapping go (Qwen2.5-Coder-0.5B, int4: resident 2.1 -> 1.4 GB).
+    # copies they let the mapping go, and the whole file's pages with it.
     with torch.no_grad():
         for param in model.parameters():
             param.data = param.data.clone()

@@ -1,8 +1,8 @@
 """Quantized models kept on disk, so a second load reads int8 / int4 weights as they are.
 
 Quantizing a real model at every load costs seconds and, worse, memory: the dense weights are
-mapped in while their quantized copies are made (Qwen2.5-Coder-0.5B int4: 2.5 GB at the peak for
-1.3 GB resident after). The first quantized load therefore writes one safetensors file under
+mapped in while their quantized copies are made, so the peak is far above what stays resident
+(figures: docs/speculative.md). The first quantized load therefore writes one safetensors file under
 $XDG_CACHE_HOME/memosight/quantized/, keyed by the model's files, the quantization and the
 dtype; later loads build the model skeleton without weights (the meta device), put the stored
 tensors in place and recompute the rotary tables. A file that is missing, stale or unreadable

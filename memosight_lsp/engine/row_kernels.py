@@ -2,13 +2,13 @@
 
 A decoding pass multiplies 1-64 rows by each weight W [out, in]. MKL runs the same product at
 very different speeds depending on how it is asked, and which kernel wins depends on the row
-count and the thread count (embedded model, a pass with its logits on 900 cached tokens):
+count and the thread count (figures: docs/speculative.md):
 
-- LINEAR, x @ W^T (F.linear; a matrix-vector kernel for one row). Wins nowhere measured here.
-- TRANSPOSED, W @ x^T (MKL's small-N kernels; one row padded to two). With 2 threads the best
-  for 1-32 rows: a one-token step 2.4 -> 1.9 ms, an 8-token pass 4.0 -> 3.2 ms against COPY.
-- COPY, x @ W' with W' a transposed copy of W. With 1 thread the best (one token 2.55 ms,
-  8 tokens 4.3 ms; 2.8 / 5.1 ms the other kernels). Costs the copy's memory.
+- LINEAR, x @ W^T (F.linear; a matrix-vector kernel for one row).
+- TRANSPOSED, W @ x^T (MKL's small-N kernels; one row padded to two). Was the best with 2
+  threads for 1-32 rows.
+- COPY, x @ W' with W' a transposed copy of W. Was the best with 1 thread. Costs the copy's
+  memory.
 
 So each trunk times the kernels on its own passes, for row counts 1, 2, 4 ... 64, once per
 machine, model and thread count (a server keeps the choice in the calibration cache, and times
