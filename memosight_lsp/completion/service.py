@@ -244,7 +244,7 @@ class CompletionEngine:
     ) -> None:
         self.loaded = loaded
         # share_cores (the server): each request runs on the cores other processes leave free
-        # (engine/core_share.py); kept KV caches are dropped when the thread count changes.
+        # (engine/core_share.py).
         self.cores = CoreShare() if share_cores and loaded.device.type == "cpu" else None
         # Speculative decoding gives the same tokens as greedy, faster; request.plain opts out.
         # time_passes=False (one-shot use): no timing on the machine (~1 s with the embedded
@@ -293,10 +293,9 @@ class CompletionEngine:
         return self.cores is not None and self.cores.others > machine.BUSY_CORES
 
     def _share_cores(self) -> None:
-        """Run this request on the cores other processes leave free; a cache computed under
-        another thread count is not kept (its sums may differ in the last bits)."""
-        if self.cores is not None and self.cores.adjust():
-            self.drop_kv_caches()
+        """Run this request on the cores other processes leave free."""
+        if self.cores is not None:
+            self.cores.adjust()
 
     def drop_kv_caches(self) -> None:
         """Forget every buffer's kept KV cache (the trunk's kernels changed: a cache is exact

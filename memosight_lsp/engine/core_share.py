@@ -9,8 +9,11 @@ runs on the cores they leave; with the machine to itself it runs on all of torch
 (spinning is what makes small passes fast). docs/latency.md has the measurements.
 
 A thread is given up when other processes take more than half of its core and taken back when
-they take at most a quarter, so a load near the line does not flip the count at every request.
-A window shorter than MIN_WINDOW_S decides nothing (too few clock ticks to tell).
+they take at most a quarter, so a load near the line does not flip the count at every request;
+and only when two windows in a row (each at least MIN_WINDOW_S: fewer clock ticks tell nothing)
+say so, so a burst of another process does not either. The kept KV caches stay in use across a
+change: a cache computed under another thread count differs from a fresh one in the last bits,
+as a cache prefilled in other chunks does.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class CoreShare:
         self.cpus = cpus or os.cpu_count() or 1
         self.threads = self.most
         self.others = 0.0  # cores other processes used in the last window measured
+        self._wanted = self.most  # the count the last window asked for
         self._window = OtherLoad()
 
     def adjust(self) -> bool:
@@ -63,7 +67,10 @@ class CoreShare:
             return False
         self.others = others
         wanted = threads_left(others, self.cpus, self.most, self.threads)
-        changed = wanted != self.threads
+        # A change takes two windows in a row that agree: a burst of another process (the
+        # editor, a linter run) must not move the count back and forth.
+        agreed, self._wanted = wanted == self._wanted, wanted
+        changed = wanted != self.threads and agreed
         if changed:
             log.info(
                 "other processes use %.1f of %d cores: the model runs on %d thread(s)",
