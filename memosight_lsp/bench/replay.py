@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from memosight_lsp.commands.common import EMBEDDED
 from memosight_lsp.workspace import language_for
 
 from .busy import busy
@@ -693,7 +694,7 @@ def plot(results: dict[str, list[dict[str, Any]]], out: Path) -> None:
 def server_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {
         "model": {
-            "path": args.model,
+            "path": None if args.model == EMBEDDED else args.model,
             "device": "cpu",
             "dtype": args.dtype,
             "quantization": args.quantization,
@@ -760,7 +761,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memosight bench replay", description=__doc__)
-    parser.add_argument("--model", help="model folder or .gguf file (default: the embedded one)")
+    parser.add_argument("--model", help="model folder or .gguf file, or `embedded` (default: the embedded one)")
     parser.add_argument("--dtype", default="auto", help="model.dtype for the server")
     parser.add_argument("--quantization", default="auto", help="model.quantization")
     parser.add_argument("--settings", help="more server settings, as a JSON object")
