@@ -3,7 +3,8 @@ here, then memosight_lsp.cli.lsp_main runs unchanged (no test hooks in the produ
 
 Environment:
 - MEMOSIGHT_FAULT_FILE=PATH: every attention call of every forward pass (prefill and decode
-  steps alike, transformers' and the fused trunk's) reads PATH when it exists:
+  steps alike, transformers' and the fused trunk's; not the model's timings, which run when
+  the worker is idle) reads PATH when it exists:
   `raise-after N` lets N more calls through, then raises RuntimeError; `oom-after N` raises
   torch.OutOfMemoryError (what CUDA raises); `memory-after N` raises MemoryError (the CPU's);
   `hang-after N` blocks that call, polling nothing, until the file changes or goes (a worker
@@ -43,9 +44,19 @@ def install_forward_fault(control: Path) -> None:
         except OSError:
             return ""
 
+    def timing() -> bool:
+        """Whether this call is the model's timings (completion/calibration.py), which run
+        whenever the worker is idle after an answer: faults are meant for requests."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame.f_code.co_filename.endswith(os.path.join("completion", "calibration.py")):
+                return True
+            frame = frame.f_back
+        return False
+
     def attention(*args, **kwargs):
         order = read()
-        if order:
+        if order and not timing():
             with lock:
                 if order != state["armed"]:  # a new order: count from now
                     kind, _, count = order.partition("-after ")
