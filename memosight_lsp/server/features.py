@@ -58,6 +58,7 @@ def register(server: MemoSightServer) -> None:
         doc = ls.document(params.text_document.uri)
         if doc is not None:
             ls.indexes.opened(file_path(doc.uri, doc.path), doc.source, doc.language_id)
+            ls.edit_history.opened(doc.uri, doc.source)
             ls.flow.prewarm(doc)  # the cursor is unknown: its end (memosight/cursor tells)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
@@ -65,6 +66,7 @@ def register(server: MemoSightServer) -> None:
         doc = ls.document(params.text_document.uri)
         if doc is not None:
             ls.flow.document_changed(doc)
+            ls.edit_history.changed(doc.uri, doc.source)
             changes = [Change(getattr(c, "range", None), c.text) for c in params.content_changes]
             ls.indexes.changed(
                 file_path(doc.uri, doc.path),
@@ -82,6 +84,8 @@ def register(server: MemoSightServer) -> None:
     def did_close(ls: MemoSightServer, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         ls.flow.document_closed(uri)
+        ls.edit_history.closed(uri)
+        ls.next_edits.forget(uri)
         ls.indexes.closed(file_path(uri, to_fs_path(uri)))
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
@@ -148,6 +152,13 @@ def register(server: MemoSightServer) -> None:
         doc = ls.document(uri)
         if doc is not None:
             ls.flow.prewarm(doc, position)
+
+    @server.feature("memosight/nextEdit")
+    async def next_edit(ls: MemoSightServer, params: Any) -> dict[str, Any]:
+        """The edit the user is likely to make next, from the buffer's recent edits."""
+        ls.capture_loop()
+        uri, position = position_param(plain(params))
+        return await ls.next_edits.predict(ls.document(uri), position)
 
     @server.feature("memosight/stats")
     def stats(ls: MemoSightServer, params: Any) -> dict[str, Any]:

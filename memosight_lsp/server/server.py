@@ -17,6 +17,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from memosight_lsp import __version__
+from memosight_lsp.completion.edit_history import EditHistory
 from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.completion.service import Completion
 from memosight_lsp.config import Settings, parse_settings, unwrap_settings, without_user_only
@@ -26,6 +27,7 @@ from memosight_lsp.workspace.files import indexable_text
 from .completions import DISABLED, CompletionFlow, ContextInputs, Cursor
 from .indexes import WorkspaceIndexes
 from .model_host import ModelHost, ModelState
+from .next_edit import NextEditFlow
 from .progress import ProgressChains
 from .protocol import RobustProtocol
 from .stats import ServerStats
@@ -71,6 +73,13 @@ class MemoSightServer(LanguageServer):
             context_inputs=self.context_inputs,
             current_version=self._document_version,
             on_longer=self._completion_updated,
+        )
+        self.edit_history = EditHistory()  # each buffer's recent edits (memosight/nextEdit)
+        self.next_edits = NextEditFlow(
+            scheduler=self.scheduler,
+            host=self.host,
+            settings=lambda: self.settings,
+            history=self.edit_history,
         )
         self.indexes = WorkspaceIndexes(self._index_progress_from_thread)
         self.workspace_roots: list[str] = []  # folders from initialize / didChangeWorkspaceFolders

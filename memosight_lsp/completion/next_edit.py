@@ -1,0 +1,304 @@
+"""Next-edit prediction: the edit the user is likely to make next, from the edits just made.
+
+A window of about WINDOW_LINES lines around the cursor and the last edit is rewritten by the
+model (prompt: next_edit_prompt.py) with plain greedy's tokens, decoded speculatively with the
+window's current text as the main draft (engine/edit_draft.py): where the rewrite copies, a pass
+accepts many tokens. The answer is the minimal edits between the old window and the rewrite
+(difflib on lines, then the changed lines cut to the characters that differ), minus what is
+not worth proposing (`refusal`): a change of whitespace only, a deletion of more than
+MAX_DELETED_LINES lines, a change of more than MAX_CHANGED_LINES lines, the user's last edit
+undone, or more than MAX_HUNKS changes at once.
+
+Bounded: the rewrite has at most the window's tokens + a margin, and ends by maxWaitMs with what
+it has (a rewrite cut short proposes only the changes in the lines it wrote).
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memosight_lsp.engine.decoder import Decoder, Generation, StopRules
+from memosight_lsp.engine.drafters import CostModel, PromptLookup
+from memosight_lsp.engine.edit_draft import WindowDraft
+from memosight_lsp.engine.greedy import GreedyDecoder
+from memosight_lsp.engine.loading import LoadedModel
+from memosight_lsp.engine.speculative import SpeculativeDecoder
+
+from .edit_history import Edit
+from .next_edit_prompt import NextEditPrompt, build_next_edit_prompt
+
+WINDOW_LINES = 30
+LINES_BEFORE = 8  # of the window, above the cursor or the last edit, whichever is higher
+MAX_DELETED_LINES = 3
+MAX_CHANGED_LINES = 6  # old lines one change may rewrite: a next edit is small
+MAX_HUNKS = 4
+MARGIN_TOKENS = 16  # beyond the window's tokens (plus a quarter of them) the rewrite may grow
+STOP_TAIL_TOKENS = 12  # the end marker is looked for in the last tokens' text
+MAX_DRAFT = 64  # draft tokens per pass: a copy is long and likely
+
+
+@dataclass(frozen=True, kw_only=True)
+class NextEditRequest:
+    text: str  # the whole document
+    cursor_line: int  # 0-based
+    edits: tuple[Edit, ...] = ()  # the buffer's recent edits, oldest first
+    path: str | None = None
+    language_id: str | None = None
+    max_wait_ms: int = 1500
+    plain: bool = False  # plain greedy decoding, no drafts (the reference)
+    buffer_id: str | None = None  # the decoder's per-buffer cache key
+    window_lines: int = WINDOW_LINES
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """Replace text[start:end] (document offsets) with new_text."""
+
+    start: int
+    end: int
+    new_text: str
+
+
+@dataclass(kw_only=True)
+class NextEdit:
+    hunks: list[Hunk]
+    reason: str | None = None  # why there is no edit, when hunks is empty
+    first_line: int = 0  # the window: lines first_line .. end_line - 1
+    end_line: int = 0
+    window_start: int = 0  # document offsets of the window
+    window_end: int = 0
+    rewrite: str = ""
+    complete: bool = False  # the end marker closed the rewrite
+    family: str = ""
+    model: str = ""
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    draft_tokens: int = 0  # the window's tokens (+ the end marker): the draft
+    forward_passes: int = 0
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+    total_ms: float = 0.0
+    stop_reason: str = ""
+    tokens: list[int] = field(default_factory=list)  # the rewrite's token ids
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "promptTokens": self.prompt_tokens,
+            "newTokens": self.new_tokens,
+            "draftTokens": self.draft_tokens,
+            "forwardPasses": self.forward_passes,
+            "prefillMs": round(self.prefill_ms, 1),
+            "decodeMs": round(self.decode_ms, 1),
+            "stopReason": self.stop_reason,
+            "complete": self.complete,
+            **{
+                k: self.stats[k]
+                for k in ("tokensPerPass", "acceptedBySource", "acceptedDraftTokens")
+                if k in self.stats
+            },
+        }
+
+
+def choose_window(
+    lines: Sequence[str], cursor_line: int, edits: Sequence[Edit], size: int = WINDOW_LINES
+) -> tuple[int, int]:
+    """Lines [first, end) to rewrite: `size` lines from LINES_BEFORE above the higher of the
+    cursor and the last edit (when that edit is near: within `size` lines of the cursor)."""
+    top = cursor_line
+    if edits and abs(edits[-1].line - cursor_line) < size:
+        top = min(top, edits[-1].line)
+    first = max(0, min(top - LINES_BEFORE, len(lines) - size))
+    return first, min(len(lines), first + size)
+
+
+def line_hunks(old: str, new: str, complete: bool = True) -> list[tuple[int, int, str, str]]:
+    """(start, end, old lines, new lines) in `old`'s offsets, per changed block of whole lines.
+    A rewrite that did not complete is compared up to its last whole line, and the old lines it
+    did not reach are not deleted."""
+    old_lines = old.splitlines(keepends=True)
+    new_lines = new.splitlines(keepends=True)
+    if not complete and new_lines and not new_lines[-1].endswith("\n"):
+        new_lines.pop()
+    starts = [0]
+    for line in old_lines:
+        starts.append(starts[-1] + len(line))
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    out = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        if not complete and i2 == len(old_lines) and j2 == len(new_lines):
+            if tag == "delete":
+                continue  # the lines the rewrite did not reach
+            if tag == "replace":
+                i2 = min(i2, i1 + (j2 - j1))  # only as many old lines as it wrote
+        out.append((starts[i1], starts[i2], "".join(old_lines[i1:i2]), "".join(new_lines[j1:j2])))
+    return out
+
+
+def trim(start: int, old: str, new: str) -> Hunk:
+    """The hunk cut to the characters that differ (common prefix and suffix left out)."""
+    prefix = 0
+    limit = min(len(old), len(new))
+    while prefix < limit and old[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and old[len(old) - 1 - suffix] == new[len(new) - 1 - suffix]:
+        suffix += 1
+    return Hunk(start + prefix, start + len(old) - suffix, new[prefix : len(new) - suffix])
+
+
+def refusal(old: str, new: str, last: Edit | None) -> str | None:
+    """Why a changed block (whole lines, old -> new) is not worth proposing; None: it is."""
+    if "".join(old.split()) == "".join(new.split()):
+        return "whitespace only (re-indent or reformat)"
+    if old.count("\n") - new.count("\n") > MAX_DELETED_LINES:
+        return f"deletes more than {MAX_DELETED_LINES} lines"
+    if old.count("\n") > MAX_CHANGED_LINES:
+        return f"rewrites more than {MAX_CHANGED_LINES} lines"
+    if last is not None and last.after != last.before and last.after.strip():
+        undone = last.after in old and old.replace(last.after, last.before, 1) == new
+        return "undoes the last edit" if undone else None
+    return None
+
+
+def proposals(
+    old: str, new: str, complete: bool, last: Edit | None
+) -> tuple[list[Hunk], str | None]:
+    """The minimal edits from the old window to the rewrite worth proposing (offsets in `old`),
+    and why there are none when there are none."""
+    blocks = line_hunks(old, new, complete)
+    if not blocks:
+        return [], "no edit predicted" if complete else "the rewrite was cut short unchanged"
+    if len(blocks) > MAX_HUNKS:
+        return [], f"the rewrite changed more than {MAX_HUNKS} places"
+    kept: list[Hunk] = []
+    reasons: list[str] = []
+    for start, _end, old_block, new_block in blocks:
+        why = refusal(old_block, new_block, last)
+        if why is None:
+            kept.append(trim(start, old_block, new_block))
+        else:
+            reasons.append(why)
+    return kept, None if kept else "dropped: " + "; ".join(dict.fromkeys(reasons))
+
+
+class NextEditor:
+    """Predicts next edits with one loaded model. Not thread-safe: one worker calls it."""
+
+    def __init__(self, loaded: LoadedModel, cost_model: CostModel | None = None) -> None:
+        self.loaded = loaded
+        self.window_draft = WindowDraft()
+        self.decoder = SpeculativeDecoder(
+            sources=[self.window_draft, PromptLookup()],
+            cost_model=cost_model or CostModel(),
+            max_draft=MAX_DRAFT,
+            max_depth=MAX_DRAFT,
+            calibrate=False,
+        )
+
+    def forget(self, buffer_id: str) -> None:
+        self.decoder.forget(buffer_id)
+
+    def prompt(self, request: NextEditRequest) -> tuple[NextEditPrompt, str, int, int]:
+        """The prompt, the window's text (ending with a newline) and its lines [first, end)."""
+        lines = request.text.splitlines(keepends=True) or [""]
+        first, end = choose_window(lines, request.cursor_line, request.edits, request.window_lines)
+        window = "".join(lines[first:end])
+        if not window.endswith("\n"):
+            window += "\n"
+        prompt = build_next_edit_prompt(
+            self.loaded.tokenizer,
+            window=window,
+            edits=request.edits,
+            path=request.path or "",
+            language=(request.language_id or "").lower(),
+        )
+        return prompt, window, first, end
+
+    def predict(
+        self, request: NextEditRequest, *, cancelled: Callable[[], bool] | None = None
+    ) -> NextEdit:
+        started = time.perf_counter()
+        tokenizer = self.loaded.tokenizer
+        prompt, window, first, end = self.prompt(request)
+        lines = request.text.splitlines(keepends=True)
+        window_start = sum(len(line) for line in lines[:first])
+        window_end = min(len(request.text), window_start + len(window))
+        prompt_ids = tokenizer.encode(prompt.text, add_special_tokens=True)
+        draft_ids = tokenizer.encode(prompt.draft_text(window), add_special_tokens=False)
+        generation = self.rewrite(request, prompt, prompt_ids, draft_ids, cancelled)
+        rewrite, complete = prompt.answer_of(tokenizer.decode(generation.tokens))
+        result = NextEdit(
+            hunks=[],
+            first_line=first,
+            end_line=end,
+            window_start=window_start,
+            window_end=window_end,
+            rewrite=rewrite,
+            complete=complete,
+            family=prompt.family,
+            model=self.loaded.name,
+            prompt_tokens=len(prompt_ids),
+            new_tokens=len(generation.tokens),
+            draft_tokens=len(draft_ids),
+            forward_passes=generation.forward_passes,
+            prefill_ms=generation.prefill_ms,
+            decode_ms=generation.decode_ms,
+            stop_reason=generation.stop_reason,
+            tokens=list(generation.tokens),
+            stats=dict(generation.stats),
+        )
+        if generation.stop_reason == "cancelled":
+            result.reason = "the request was superseded or cancelled"
+        else:
+            last = request.edits[-1] if request.edits else None
+            hunks, result.reason = proposals(window, rewrite, complete, last)
+            original = window_end - window_start
+            result.hunks = [
+                Hunk(
+                    window_start + min(h.start, original),
+                    window_start + min(h.end, original),
+                    h.new_text,
+                )
+                for h in hunks
+            ]
+        result.total_ms = (time.perf_counter() - started) * 1000
+        return result
+
+    def rewrite(
+        self,
+        request: NextEditRequest,
+        prompt: NextEditPrompt,
+        prompt_ids: Sequence[int],
+        draft_ids: Sequence[int],
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Generation:
+        """The model's rewrite of the window: greedy tokens, drafted from the window unless
+        request.plain."""
+        tokenizer = self.loaded.tokenizer
+        end = prompt.end
+
+        def ended(tokens: Sequence[int]) -> bool:
+            return end in tokenizer.decode(list(tokens[-STOP_TAIL_TOKENS:]))
+
+        rules = StopRules(
+            max_new_tokens=len(draft_ids) + len(draft_ids) // 4 + MARGIN_TOKENS,
+            stop_token_ids=self.loaded.stop_token_ids,
+            should_stop=ended,
+            cancelled=cancelled,
+            stop_at=time.monotonic() + request.max_wait_ms / 1000,
+        )
+        decoder: Decoder
+        if request.plain:
+            decoder = GreedyDecoder()
+        else:
+            self.window_draft.set_target(draft_ids)
+            decoder = self.decoder
+        return decoder(self.loaded.model, prompt_ids, rules, buffer_id=request.buffer_id)

@@ -1,0 +1,165 @@
+"""memosight/nextEdit: the edit the user is likely to make next, from the buffer's recent edits
+(completion/next_edit.py), on the model worker.
+
+A buffer's next-edit job is queued under its own key (the buffer's uri + NEXT_EDIT_KEY): a newer
+nextEdit request of the buffer cancels the older one, as a newer completion cancels an older
+completion, and neither kind cancels the other's request. Bad input never raises here: the
+answer is empty with a `reason`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lsprotocol import types
+from pygls.workspace import TextDocument
+
+from memosight_lsp.completion.edit_history import EditHistory
+from memosight_lsp.completion.next_edit import NextEdit, NextEditor, NextEditRequest
+from memosight_lsp.completion.scheduler import JobAbandoned, Scheduler
+from memosight_lsp.completion.service import CompletionEngine
+from memosight_lsp.config import Settings
+from memosight_lsp.engine.speculative import SpeculativeDecoder
+
+from .completions import DISABLED, GIVE_UP_GRACE_S, UNKNOWN_DOCUMENT
+from .documents import LineIndex
+from .model_host import ModelHost
+
+log = logging.getLogger(__name__)
+
+NEXT_EDIT_KEY = "#nextEdit"
+NO_EDITS = "no recent edits in this buffer"
+REMOTE = "next edits need a local model: model.backend serves completions only"
+
+
+class NextEditFlow:
+    def __init__(
+        self,
+        *,
+        scheduler: Scheduler,
+        host: ModelHost,
+        settings: Callable[[], Settings],
+        history: EditHistory,
+    ) -> None:
+        self.scheduler = scheduler
+        self.host = host
+        self.history = history
+        self._settings = settings
+        self._editor: NextEditor | None = None
+
+    def editor(self, engine: CompletionEngine) -> NextEditor:
+        """The next editor of the engine's model (made again when the model changes), timed
+        with the engine's pass costs when it has them."""
+        if self._editor is None or self._editor.loaded is not engine.loaded:
+            decoder = engine.decoder
+            costs = decoder.cost_model if isinstance(decoder, SpeculativeDecoder) else None
+            self._editor = NextEditor(engine.loaded, costs)
+        return self._editor
+
+    def forget(self, uri: str) -> None:
+        if self._editor is not None:
+            self._editor.forget(uri + NEXT_EDIT_KEY)
+
+    def _run(self, request: NextEditRequest, cancelled: Callable[[], bool]) -> NextEdit | str:
+        """On the worker: the prediction, or why there is none."""
+        engine = self.host.engine
+        if engine is None:
+            return f"the model is not ready ({self.host.message or self.host.state})"
+        if not isinstance(engine, CompletionEngine):
+            return REMOTE
+        editor = self.editor(engine)
+        try:
+            return editor.predict(request, cancelled=cancelled)
+        except Exception as err:  # the model failed: answer empty, keep serving
+            editor.forget(request.buffer_id or "")
+            log.error("next edit failed (%s: %s)", type(err).__name__, err)
+            log.debug("next edit failure", exc_info=True)
+            return f"model error: {type(err).__name__}: {err}"
+
+    async def predict(self, doc: TextDocument | None, position: types.Position) -> dict[str, Any]:
+        started = time.perf_counter()
+        settings = self._settings()
+        index = LineIndex.of(doc.source) if doc is not None else None
+        answer = await self._predict(doc, index, position, settings)
+        return {**answer, "latencyMs": round((time.perf_counter() - started) * 1000, 1)}
+
+    async def _predict(
+        self,
+        doc: TextDocument | None,
+        index: LineIndex | None,
+        position: types.Position,
+        settings: Settings,
+    ) -> dict[str, Any]:
+        if doc is None or index is None:
+            return empty(UNKNOWN_DOCUMENT)
+        if not settings.enable:
+            return empty(DISABLED)
+        if doc.language_id and not settings.language_enabled(doc.language_id):
+            return empty(f"completions are disabled for language '{doc.language_id}'")
+        edits = tuple(self.history.recent(doc.uri))
+        if not edits:
+            return empty(NO_EDITS)
+        self.host.ensure(settings.model)  # a load is queued first: the job runs after it
+        codec = doc.position_codec
+        cursor_line = index.position_at(codec, index.offset_at(codec, position)).line
+        request = NextEditRequest(
+            text=index.text,
+            cursor_line=cursor_line,
+            edits=edits,
+            path=doc.path if doc.uri.startswith("file:") else None,
+            language_id=doc.language_id,
+            max_wait_ms=settings.completion.max_wait_ms,
+            plain=not settings.completion.speculative,
+            buffer_id=doc.uri + NEXT_EDIT_KEY,
+        )
+        version = doc.version
+        job = self.scheduler.submit(
+            doc.uri + NEXT_EDIT_KEY,
+            lambda cancelled: self._run(request, cancelled),
+            give_up_s=settings.completion.max_wait_ms / 1000 + GIVE_UP_GRACE_S,
+        )
+        try:
+            result = await asyncio.wrap_future(job.future)
+        except asyncio.CancelledError:
+            job.release()
+            raise
+        except JobAbandoned as err:
+            return empty(str(err))
+        if result is None:
+            return empty("superseded by a newer request")
+        if isinstance(result, str):
+            return empty(result)
+        if doc.version != version:
+            return empty("the document changed meanwhile")
+        return {
+            "edits": [
+                {
+                    "range": lsp_range(index, codec, hunk.start, hunk.end),
+                    "newText": hunk.new_text,
+                }
+                for hunk in result.hunks
+            ],
+            "window": lsp_range(index, codec, result.window_start, result.window_end),
+            "reason": result.reason,
+            "model": result.model,
+            "stats": result.describe(),
+        }
+
+
+def lsp_range(index: LineIndex, codec: Any, start: int, end: int) -> dict[str, Any]:
+    return {
+        "start": position_json(index.position_at(codec, start)),
+        "end": position_json(index.position_at(codec, end)),
+    }
+
+
+def position_json(position: types.Position) -> dict[str, int]:
+    return {"line": position.line, "character": position.character}
+
+
+def empty(reason: str) -> dict[str, Any]:
+    return {"edits": [], "window": None, "reason": reason}
