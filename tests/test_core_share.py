@@ -10,8 +10,13 @@ import pytest
 import torch
 
 from memosight_lsp.bench.busy import busy
-from memosight_lsp.engine.core_share import MIN_WINDOW_S, CoreShare, threads_left
-from memosight_lsp.engine.machine import BUSY_CORES
+from memosight_lsp.engine.core_share import (
+    FIRST_WINDOW_S,
+    MIN_WINDOW_S,
+    CoreShare,
+    threads_left,
+)
+from memosight_lsp.engine.machine import BUSY_CORES, OtherLoad
 
 
 @pytest.mark.parametrize(
@@ -57,5 +62,19 @@ def test_processes_spinning_beside_the_model_take_its_threads():
             assert share.adjust()  # two in a row: a build
         assert share.threads == 1 and torch.get_num_threads() == 1
         assert share.others > BUSY_CORES  # the server puts its timings off meanwhile
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat")
+def test_a_long_first_window_decides_alone():
+    """The server starts the first window when the model starts loading: a build running all
+    along gives its first request fewer threads already."""
+    before = torch.get_num_threads()
+    try:
+        with busy(2):
+            share = CoreShare(most=2, cpus=2, since=OtherLoad())
+            time.sleep(FIRST_WINDOW_S + 0.2)
+            assert share.adjust() and share.threads == 1
     finally:
         torch.set_num_threads(before)

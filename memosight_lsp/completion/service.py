@@ -241,11 +241,15 @@ class CompletionEngine:
         compression: compression_policy.Thresholds | None = None,
         time_passes: bool = True,
         share_cores: bool = False,
+        busy_since: machine.OtherLoad | None = None,
     ) -> None:
         self.loaded = loaded
         # share_cores (the server): each request runs on the cores other processes leave free
         # (engine/core_share.py).
-        self.cores = CoreShare() if share_cores and loaded.device.type == "cpu" else None
+        # busy_since: the first window of that measure (the model load's start).
+        self.cores = None
+        if share_cores and loaded.device.type == "cpu":
+            self.cores = CoreShare(since=busy_since)
         # Speculative decoding gives the same tokens as greedy, faster; request.plain opts out.
         # time_passes=False (one-shot use): no timing on the machine (~1 s with the embedded
         # model), default pass costs and F.linear products; same tokens.

@@ -28,6 +28,7 @@ from memosight_lsp.engine.machine import OtherLoad
 log = logging.getLogger(__name__)
 
 MIN_WINDOW_S = 0.3
+FIRST_WINDOW_S = 2.0  # a first window this long decides alone
 DOWN_SHARE = 0.5  # a thread is given up when more than half of its core is taken
 UP_SHARE = 0.25  # ... and taken back when at most a quarter of it is
 
@@ -48,28 +49,37 @@ class CoreShare:
     """Sets torch's thread count for the calling thread (OpenMP keeps it per thread: call it on
     the thread that runs the model) from the other processes' load since the last call."""
 
-    def __init__(self, most: int | None = None, cpus: int | None = None) -> None:
+    def __init__(
+        self,
+        most: int | None = None,
+        cpus: int | None = None,
+        since: OtherLoad | None = None,
+    ) -> None:
+        """`since`: the first window's start (the server passes the model load's, so the first
+        request already knows how busy the machine was while it loaded)."""
         self.most = most or torch.get_num_threads()
         self.cpus = cpus or os.cpu_count() or 1
         self.threads = self.most
         self.others = 0.0  # cores other processes used in the last window measured
-        self._wanted = self.most  # the count the last window asked for
-        self._window = OtherLoad()
+        self._wanted: int | None = None  # the count the last window asked for
+        self._window = since or OtherLoad()
 
     def adjust(self) -> bool:
         """Pick the thread count for the next request; True when it changed."""
         if self._window.seconds() < MIN_WINDOW_S:
             self._apply()
             return False
-        others = self._window.cores()
+        seconds, others = self._window.seconds(), self._window.cores()
         self._window = OtherLoad()
         if others is None:  # no /proc: nothing to go by
             return False
         self.others = others
         wanted = threads_left(others, self.cpus, self.most, self.threads)
-        # A change takes two windows in a row that agree: a burst of another process (the
-        # editor, a linter run) must not move the count back and forth.
-        agreed, self._wanted = wanted == self._wanted, wanted
+        # A change takes two windows in a row that agree (a burst of another process, the
+        # editor or a linter run, must not move the count back and forth), or a first window
+        # long enough that no burst dominates it.
+        first = self._wanted is None and seconds >= FIRST_WINDOW_S
+        agreed, self._wanted = wanted == self._wanted or first, wanted
         changed = wanted != self.threads and agreed
         if changed:
             log.info(

@@ -26,6 +26,7 @@ from memosight_lsp.completion.scheduler import Job, Scheduler
 from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import ModelSettings
 from memosight_lsp.discovery.resolve import AUTO, Resolved, load_resolved, resolve
+from memosight_lsp.engine.machine import OtherLoad
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class ModelHost:
             )
             self._connect(spec, remote)
             return
+        busy_since = OtherLoad()  # how busy the machine is while the model loads
         try:
             loaded = self._load_resolved(spec, resolved, settings)
         except ModelLoadError as err:
@@ -106,7 +108,7 @@ class ModelHost:
             log.exception("model load failed")
             self._fail(spec, f"cannot load the model: {type(err).__name__}: {err}".splitlines()[0])
             return
-        engine = CompletionEngine(loaded, share_cores=True)
+        engine = CompletionEngine(loaded, share_cores=True, busy_since=busy_since)
         try:
             # The machine's timings of this model if kept, else defaults: timed on this worker
             # when it is idle after the first answer, never before it (completion/calibration.py).
