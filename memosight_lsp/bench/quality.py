@@ -77,6 +77,7 @@ from memosight_lsp.workspace import WorkspaceIndex
 PACKAGES = (*model_quality.THIRD_PARTY_PACKAGES, "click", "jinja2", "requests", "rich")
 KINDS = ("crossFile", "random")
 MAX_NEW_TOKENS = 48
+MAX_WAIT_MS = 600_000  # the most config.py allows
 BOOTSTRAP_ROUNDS = 2000
 Z95 = 1.959964
 
@@ -191,6 +192,8 @@ def request_for(
         "multiline": "never",
         "plain": True,
         "first_response_ms": 0,  # the whole budget: quality, not latency, is measured
+        # ... and no deadline: on a busy machine the 10 s default cut answers to nothing.
+        "max_wait_ms": MAX_WAIT_MS,
     }
     if strategy.packing is not None:
         overrides["packing"] = strategy.packing
@@ -498,10 +501,12 @@ def run_cases(
     cache_dir: Path,
     on_progress: Callable[[Results, int], None] | None = None,
     anchor: LlamaServer | None = None,
+    anchors: Sequence[str] = (),
 ) -> Results:
     """(budget, strategy, kind) -> one outcome per case of the kind, in case order. Every ten
     cases `on_progress` gets the results so far and how many cases they hold. With `anchor`,
-    the case also goes to that llama.cpp server's /infill (ANCHORS) once per budget."""
+    the case also goes to that llama.cpp server's /infill once per budget and name of
+    `anchors` (ANCHORS: the file alone, and with our snippets)."""
     indexes: dict[Path, WorkspaceIndex] = {}
     results: Results = {}
     started = time.perf_counter()
@@ -524,6 +529,8 @@ def run_cases(
                 ours = request_for(Strategy(name="default"), case, index, budget)
                 extra = engine.prepare(ours, stable=False).context.cross_files
                 for name, files in zip(ANCHORS, ((), extra), strict=True):
+                    if name not in anchors:
+                        continue
                     outcome = infill_case(anchor, engine, case, files)
                     results.setdefault((budget, name, case.kind), []).append(outcome)
         index.close_buffer(case.case.path)
@@ -654,6 +661,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--llama-server", help="also ask this llama.cpp server's /infill (the anchor)"
     )
+    parser.add_argument(
+        "--anchors", default=",".join(ANCHORS), help="with --llama-server: which of them"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
     parser.add_argument("--examples", type=int, default=0, help="show N cases' predictions")
@@ -695,7 +705,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    names = [s.name for s in strategies] + (list(ANCHORS) if anchor is not None else [])
+    anchors = [a for a in args.anchors.split(",") if a] if anchor is not None else []
+    if unknown := set(anchors) - set(ANCHORS):
+        parser.error(f"unknown anchors: {', '.join(sorted(unknown))}")
+    names = [s.name for s in strategies] + anchors
     with tempfile.TemporaryDirectory() as tmp:
         if languages:
             groups = corpus_cases(languages, args.cases, args.seed, kinds, Path(tmp))
@@ -759,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
 
             sys.stderr.write(f"quality: {language}, {len(cases)} cases\n")
             done_results[language] = run_cases(
-                engine, cases, strategies, budgets, Path(tmp), write_partial, anchor
+                engine, cases, strategies, budgets, Path(tmp), write_partial, anchor, anchors
             )
     result = summary(done_results, None)
     text = json.dumps(result, indent=2)
