@@ -24,6 +24,7 @@ BENCHMARKS = {
     "packing": "packing",
     "probe": "probe",
     "corpora": "corpora",
+    "edits": "edits",
 }
 
 

@@ -160,7 +160,7 @@ def refusal(old: str, new: str, last: Edit | None) -> str | None:
         return "whitespace only (re-indent or reformat)"
     if old.count("\n") - new.count("\n") > MAX_DELETED_LINES:
         return f"deletes more than {MAX_DELETED_LINES} lines"
-    if old.count("\n") > MAX_CHANGED_LINES:
+    if max(old.count("\n"), new.count("\n")) > MAX_CHANGED_LINES:
         return f"rewrites more than {MAX_CHANGED_LINES} lines"
     if last is not None and last.after != last.before and last.after.strip():
         undone = last.after in old and old.replace(last.after, last.before, 1) == new

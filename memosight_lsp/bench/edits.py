@@ -1,0 +1,301 @@
+"""`memosight bench edits`: next-edit prediction on seeded edits of held-out third-party code.
+
+Cases come from the Python projects of bench/corpora.py (pinned archives, which no model here
+was trained on), sampled with `--seed`, `--cases` per kind:
+
+- rename: a local variable renamed at its definition (its first assignment in a function);
+  expected: its next use in the function renamed the same way;
+- string: a string constant used twice in a function changed at its first use; expected: the
+  second changed the same way;
+- control: a string constant used once in its file changed; no edit is expected.
+
+Each case is the file before the edit, the edit as the buffer's recent edit (EditHistory), the
+cursor at the end of the edited text; the prediction is completion/next_edit.py's, as the server
+makes it (window, prompt, window draft, post-processing). Exact match: the proposed edit nearest
+after the cursor is the expected one (same span, same text). False proposal: a control case with
+any edit proposed.
+
+Speed: for the first `--plain-cases` cases of each kind the rewrite is decoded again with plain
+greedy decoding; the tokens must be the same (`identical`), and tokens per second of the rewrite
+(its decode, prefill apart) are reported with and without the window draft.
+
+Prints JSON: per kind, cases, exact matches (share), proposals, latency p50/p90 of the whole
+prediction (prompt, prefill, rewrite, diff), tokens per pass; overall rewrite tokens/s with the
+draft and plain, the speed-up, and whether every compared rewrite was identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memosight_lsp.bench import corpora
+from memosight_lsp.commands.common import EMBEDDED
+from memosight_lsp.completion.edit_history import EditHistory
+from memosight_lsp.completion.next_edit import Hunk, NextEditor, NextEditRequest
+from memosight_lsp.engine.loading import load_model
+from memosight_lsp.engine.speculative import SpeculativeDecoder
+
+KINDS = ("rename", "string", "control")
+MAX_FUNCTION_LINES = 60
+MAX_USE_DISTANCE = 15  # lines between the edit and the expected edit: within the window
+
+
+@dataclass(frozen=True, kw_only=True)
+class EditCase:
+    kind: str
+    path: str
+    before: str  # the file before the user's edit
+    after: str  # the file after it: what the buffer holds
+    cursor_line: int
+    expected: Hunk | None  # in `after`'s offsets; None: no edit expected
+
+
+def offset_of(lines: list[str], line: int, column: int) -> int:
+    """Offset of (1-based line, 0-based UTF-8 byte column) in the text of `lines`."""
+    head = "".join(lines[: line - 1])
+    return len(head) + len(lines[line - 1].encode()[:column].decode(errors="ignore"))
+
+
+def replaced(text: str, start: int, old: str, new: str) -> str:
+    assert text[start : start + len(old)] == old
+    return text[:start] + new + text[start + len(old) :]
+
+
+def rename_cases(path: str, text: str, tree: ast.AST) -> Iterator[EditCase]:
+    lines = text.splitlines(keepends=True)
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if (func.end_lineno or func.lineno) - func.lineno > MAX_FUNCTION_LINES:
+            continue
+        names = [n for n in ast.walk(func) if isinstance(n, ast.Name)]
+        names.sort(key=lambda n: (n.lineno, n.col_offset))
+        for i, node in enumerate(names):
+            if not isinstance(node.ctx, ast.Store) or len(node.id) < 3:
+                continue
+            if any(n.id == node.id for n in names[:i]):
+                continue  # not its first assignment
+            uses = [n for n in names[i + 1 :] if n.id == node.id and isinstance(n.ctx, ast.Load)]
+            if not uses or uses[0].lineno - node.lineno > MAX_USE_DISTANCE:
+                continue
+            if uses[0].lineno == node.lineno:
+                continue
+            new = f"{node.id}_new"
+            at = offset_of(lines, node.lineno, node.col_offset)
+            after = replaced(text, at, node.id, new)
+            use = offset_of(lines, uses[0].lineno, uses[0].col_offset) + len(new) - len(node.id)
+            yield EditCase(
+                kind="rename",
+                path=path,
+                before=text,
+                after=after,
+                cursor_line=node.lineno - 1,
+                expected=Hunk(use, use + len(node.id), new),
+            )
+            break  # one per function
+
+
+def string_cases(path: str, text: str, tree: ast.AST) -> Iterator[EditCase]:
+    """string (a constant used twice in a function) and control (used once in the file)."""
+    lines = text.splitlines(keepends=True)
+    counts: dict[str, int] = {}
+    constants = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and 3 <= len(n.value) <= 30
+        and n.value.isidentifier()
+        and n.lineno == n.end_lineno
+    ]
+    for node in constants:
+        value = node.value
+        assert isinstance(value, str)
+        counts[value] = counts.get(value, 0) + 1
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        inside = [
+            n for n in constants if func.lineno < n.lineno <= (func.end_lineno or func.lineno)
+        ]
+        inside.sort(key=lambda n: (n.lineno, n.col_offset))
+        for i, node in enumerate(inside):
+            value = node.value
+            assert isinstance(value, str)
+            quote = lines[node.lineno - 1].encode()[node.col_offset : node.col_offset + 1]
+            if quote not in (b"'", b'"'):
+                continue  # a prefixed or triple-quoted string
+            at = offset_of(lines, node.lineno, node.col_offset) + 1
+            new = f"{value}_new"
+            if counts[value] == 1:
+                yield EditCase(
+                    kind="control",
+                    path=path,
+                    before=text,
+                    after=replaced(text, at, value, new),
+                    cursor_line=node.lineno - 1,
+                    expected=None,
+                )
+                continue
+            twins = [n for n in inside[i + 1 :] if n.value == value]
+            if counts[value] != 2 or not twins or twins[0].lineno == node.lineno:
+                continue
+            if twins[0].lineno - node.lineno > MAX_USE_DISTANCE:
+                continue
+            second = offset_of(lines, twins[0].lineno, twins[0].col_offset) + 1
+            second += len(new) - len(value)
+            yield EditCase(
+                kind="string",
+                path=path,
+                before=text,
+                after=replaced(text, at, value, new),
+                cursor_line=node.lineno - 1,
+                expected=Hunk(second, second + len(value), new),
+            )
+
+
+def make_cases(per_kind: int, seed: int) -> dict[str, list[EditCase]]:
+    found: dict[str, list[EditCase]] = {kind: [] for kind in KINDS}
+    for project in corpora.projects(["python"]):
+        root = corpora.fetch(project)
+        for path in corpora.source_files(root, "python"):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            try:
+                tree = ast.parse(text)
+            except SyntaxError:
+                continue
+            name = f"{project.key}/{path.relative_to(root)}"
+            for case in [*rename_cases(name, text, tree), *string_cases(name, text, tree)]:
+                found[case.kind].append(case)
+    rng = random.Random(seed)
+    return {kind: rng.sample(cases, min(per_kind, len(cases))) for kind, cases in found.items()}
+
+
+def request_for(case: EditCase, max_wait_ms: int, plain: bool = False) -> NextEditRequest:
+    history = EditHistory()
+    history.opened(case.path, case.before)
+    history.changed(case.path, case.after)
+    return NextEditRequest(
+        text=case.after,
+        cursor_line=case.cursor_line,
+        edits=tuple(history.recent(case.path)),
+        path=case.path,
+        language_id="python",
+        max_wait_ms=max_wait_ms,
+        plain=plain,
+    )
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    loaded = load_model(None if args.model == EMBEDDED else args.model, device="cpu")
+    costs = SpeculativeDecoder().measure_costs(loaded.model, 512)
+    editor = NextEditor(loaded, costs)
+    cases = make_cases(args.cases, args.seed)
+    kinds: dict[str, Any] = {}
+    speed = {"draftTokens": 0, "draftMs": 0.0, "plainTokens": 0, "plainMs": 0.0}
+    identical = compared = 0
+    for kind, chosen in cases.items():
+        latencies: list[float] = []
+        exact = proposed = 0
+        passes: list[float] = []
+        examples: list[dict[str, Any]] = []
+        for i, case in enumerate(chosen):
+            result = editor.predict(request_for(case, args.max_wait_ms))
+            latencies.append(result.total_ms)
+            if result.new_tokens:
+                passes.append(result.new_tokens / max(1, result.forward_passes - 1))
+            cursor = sum(len(line) for line in case.after.splitlines(True)[: case.cursor_line])
+            nearest = next((h for h in result.hunks if h.start >= cursor), None)
+            proposed += bool(result.hunks)
+            exact += case.expected is not None and nearest == case.expected
+            if len(examples) < 3:
+                examples.append(
+                    {
+                        "path": case.path,
+                        "line": case.cursor_line,
+                        "expected": None if case.expected is None else case.expected.new_text,
+                        "proposed": [
+                            (case.after[h.start : h.end], h.new_text) for h in result.hunks
+                        ],
+                        "reason": result.reason,
+                    }
+                )
+            if i < args.plain_cases:
+                plain = editor.predict(request_for(case, args.max_wait_ms, plain=True))
+                compared += 1
+                identical += plain.tokens == result.tokens
+                speed["draftTokens"] += result.new_tokens
+                speed["draftMs"] += result.decode_ms
+                speed["plainTokens"] += plain.new_tokens
+                speed["plainMs"] += plain.decode_ms
+        kinds[kind] = {
+            "cases": len(chosen),
+            "exactMatch": None if kind == "control" else exact,
+            "exactShare": None
+            if kind == "control" or not chosen
+            else round(exact / len(chosen), 3),
+            "proposals": proposed,
+            "falseProposalShare": round(proposed / len(chosen), 3)
+            if kind == "control" and chosen
+            else None,
+            "latencyMsP50": percentile(latencies, 0.5),
+            "latencyMsP90": percentile(latencies, 0.9),
+            "tokensPerPass": round(statistics.mean(passes), 2) if passes else None,
+            "examples": examples,
+        }
+    draft_rate = speed["draftTokens"] / (speed["draftMs"] / 1000) if speed["draftMs"] else None
+    plain_rate = speed["plainTokens"] / (speed["plainMs"] / 1000) if speed["plainMs"] else None
+    return {
+        "model": loaded.name,
+        "seed": args.seed,
+        "maxWaitMs": args.max_wait_ms,
+        "kinds": kinds,
+        "rewrite": {
+            "compared": compared,
+            "identical": identical,
+            "tokensPerSecondDraft": round(draft_rate, 1) if draft_rate else None,
+            "tokensPerSecondPlain": round(plain_rate, 1) if plain_rate else None,
+            "speedup": round(draft_rate / plain_rate, 2) if draft_rate and plain_rate else None,
+        },
+        "costModelMs": costs.costs if costs else None,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="memosight bench edits", description=__doc__)
+    parser.add_argument("--model", default=EMBEDDED, help="model folder, .gguf file or embedded")
+    parser.add_argument("--cases", type=int, default=12, help="cases per kind")
+    parser.add_argument("--plain-cases", type=int, default=3, help="per kind, also decoded plain")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-wait-ms", type=int, default=20_000, help="per rewrite")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    args = parser.parse_args(argv)
+    try:
+        report = run(args)
+    except (corpora.CorpusError, OSError) as err:
+        sys.stderr.write(f"memosight bench edits: {err}\n")
+        return 2
+    text = json.dumps(report, indent=2)
+    sys.stdout.write(text + "\n")
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    return 0
