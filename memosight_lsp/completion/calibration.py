@@ -1,8 +1,8 @@
 """A server's timings of its model on this machine, never before its first answer.
 
 What the decoding is tuned with — the speculative decoder's pass costs, a float32 trunk's
-few-row kernels, the prefill rate that sizes cold prompts — is timed on the machine (about a
-second or two of the worker's time) and kept per machine, model and precision
+few-row kernels, the prefill rate that sizes cold prompts — is timed on the machine (a pause
+of the worker's: docs/latency.md) and kept per machine, model and precision
 (engine/calibration_cache.py). At load, `apply_cached` puts in whatever is kept, in
 milliseconds. What is not kept runs on defaults that give the same tokens (pass costs only
 shape the draft trees: CostModel(); few-row products run F.linear; prompts take the whole

@@ -6,12 +6,8 @@ opened, a cursor that jumped, a stable head packed again) has to be prefilled be
 verified, so its size follows the rate: `rate x COLD_RESPONSES x F` tokens, at least
 MIN_PROMPT_TOKENS, at most the context budget less HEADROOM (room to type into before the stable
 head is packed again; stable_prompt.py lets a prompt grow to the whole budget). A slow model gets
-a smaller, better-ranked prompt; a fast one the whole budget. Measured on a 2-core CPU under
-load: Qwen2.5-Coder-0.5B in bfloat16 prefilled ~500 tokens/s with torch's kernels (a 450-token
-cold prompt at F = 300 ms), int4 with the native kernels 750-1,000 (675 tokens to the whole
-budget less its headroom), the embedded model ~20,000. What a smaller prompt costs in exact
-match is measured in docs/context.md (the file alone: 9 / 13 / 11 / 16% of random lines at
-256 / 512 / 1,024 / 2,048 tokens on Qwen2.5-Coder-0.5B).
+a smaller, better-ranked prompt; a fast one the whole budget. Figures (prefill rates, what a
+smaller prompt costs in exact match): docs/latency.md, "Figures behind the completion code".
 
 In prefix-suffix-middle order everything after the cursor is prefilled again at every keystroke,
 so the suffix gets at most `rate x SUFFIX_SHARE x F` tokens there; suffix-first order keeps it
@@ -25,7 +21,7 @@ whole budget on an unknown, slow model can take longer than a person waits). The
 follows every prefill of at least MIN_SAMPLE_TOKENS as a moving average; the sizes move only
 when it moves by more than SETTLE_RATIO (a prompt that changes size is prefilled again from its
 first token). Engines that never measured a rate (one-shot CLI and benchmark engines) pack the
-whole budget, as before.
+whole budget.
 """
 
 from __future__ import annotations

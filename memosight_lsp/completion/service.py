@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from memosight_lsp.workspace import WorkspaceIndex
 
 
-# Tokens of other open buffers indexed for drafting (indexing measured 1.3 us per token, once).
+# Tokens of other open buffers indexed for drafting: bounds the indexing's cost (docs/latency.md).
 MAX_DRAFT_BUFFER_TOKENS = 65_536
 
 # Called on the worker with what a completion still decoding has verified (Completion.text).
@@ -251,8 +251,8 @@ class CompletionEngine:
         if share_cores and loaded.device.type == "cpu":
             self.cores = CoreShare(since=busy_since)
         # Speculative decoding gives the same tokens as greedy, faster; request.plain opts out.
-        # time_passes=False (one-shot use): no timing on the machine (~1 s with the embedded
-        # model), default pass costs and F.linear products; same tokens.
+        # time_passes=False (one-shot use): no timing on the machine (a pause one completion
+        # does not repay), default pass costs and F.linear products; same tokens.
         self.decoder = decoder or (
             SpeculativeDecoder(calibrate=time_passes) if speculative else GreedyDecoder()
         )

@@ -6,8 +6,8 @@ markers, same-file heads, the compressed code far above) and a window (the curre
 from the window's first line up to the cursor), then the suffix. Packed afresh at every
 keystroke, the head follows the ranking of the moment and the window's first line slides down as
 the text grows; the KV prefix cache then stops at the first changed token and the whole prompt
-is prefilled again (seconds for a 0.5B model on a CPU). So the head and the window's first line
-are pinned per buffer: the next prompt is the same head, the document from the same line to the
+is prefilled again (slow on a CPU: docs/latency.md). So the head and the window's first line are
+pinned per buffer: the next prompt is the same head, the document from the same line to the
 cursor and a fresh suffix, while the text above that line is unchanged, the cursor is below it
 and the prompt fits `max_tokens`. Otherwise the context is packed again (a cold prompt, sized by
 latency.py) and pinned anew.

@@ -45,11 +45,10 @@ SUFFIX_SHARE_INDEXED = 1 / 8
 SUFFIX_SHARE_PLAIN = 1 / 4
 MIN_PREFIX_SHARE = 1 / 4
 HEAD_SHARE = 1 / 8
-# With Packing.cross_share, the current file keeps this much before other files get any: in a
-# 35% share, other files' code cost Qwen2.5-Coder-0.5B exact match on random lines at 256 and 512
-# tokens (-6 and -5 points, docs/context.md); from ~800 tokens on the share is what it says. A
-# file shorter than this leaves the rest unused: giving it to other files lost a call line in 100
-# at 512 tokens (docs/context.md).
+# With Packing.cross_share, the current file keeps this much before other files get any: at
+# small budgets other files' code leaves too little of the current file and costs exact match;
+# from MIN_OWN_TOKENS / (1 - share) tokens on the share is what it says. A file shorter than
+# this leaves the rest unused: giving it to other files did not pay (figures: docs/context.md).
 MIN_OWN_TOKENS = 512
 SIMILAR_RANK = 10.0  # added to a similar window's score: it outranks every definition
 GATE_LINES = 8  # how far above the cursor Packing.gate looks for the nearest non-blank line

@@ -2,13 +2,13 @@
 rule that says whether a model of a given size fits. No torch: the GPU is seen from the driver's
 files, the memory from the OS.
 
-The rule, extrapolated from one measurement on a 2-core CPU (docs/speculative.md: Qwen2.5-Coder-
-0.5B decodes ~60 tokens/s plainly in int4 and prefills ~750 tokens/s): decoding slows in
-proportion to the parameter count, so 0.75B parameters per core keeps ~20 tokens/s, and past ~3B
-memory bandwidth keeps any CPU below that whatever its cores. The first load also holds the
-model once in float32 while it measures precisions (engine/precision.py): 4 bytes a parameter
-must fit in half the memory. On an NVIDIA GPU the model runs in bfloat16: up to 8B parameters
-(~16 GB) count as interactive (its memory is not asked for).
+The rule, extrapolated from one measurement of Qwen2.5-Coder-0.5B on a 2-core CPU (figures:
+docs/discovery.md): decoding slows in proportion to the parameter count, so a model of up to
+CPU_PARAMETERS_PER_CORE parameters a core decodes fast enough to type along, and past
+CPU_MAX_PARAMETERS memory bandwidth keeps any CPU below that whatever its cores. The first load
+also holds the model once in float32 while it measures precisions (engine/precision.py): 4 bytes
+a parameter must fit in half the memory. On an NVIDIA GPU the model runs in bfloat16: up to 8B
+parameters (~16 GB) count as interactive (its memory is not asked for).
 """
 
 from __future__ import annotations

@@ -282,9 +282,9 @@ _PYGLS_LOG = logging.getLogger("pygls.protocol.json_rpc")
 
 
 def guard_sequences(converter: Any) -> None:
-    """Only JSON arrays become sequences. cattrs structures any iterable as one: a 10 MB string
-    where the LSP types want a list was 10 million elements, one exception per character, the
-    event loop stuck for minutes (found by `python -m tools.reliability.fuzz --seed 1`)."""
+    """Only JSON arrays become sequences. cattrs structures any iterable as one: a long string
+    where the LSP types want a list becomes one element per character, one exception each, and
+    holds the event loop (found by the fuzz: docs/reliability.md)."""
     from cattrs.cols import (
         homogenous_tuple_structure_factory,
         is_mutable_sequence,

@@ -178,7 +178,8 @@ def train_heads(cfg: HeadsTrainingConfig) -> Path:
     fim = resolve_fim_format(loaded.tokenizer.get_vocab(), "auto")
     train_files = [f for f in files if not is_validation(f.relpath, cfg.val_fraction)]
     val_files = [f for f in files if is_validation(f.relpath, cfg.val_fraction)] or files[:1]
-    # A shuffled sample of files keeps tokenising short on a big corpus; ~2M tokens per 15 min.
+    # A shuffled sample of files keeps tokenising short on a big corpus: the text the time budget
+    # trains on at 2,500 tokens a second of 4 characters, plus 400,000 characters.
     rng.shuffle(train_files)
     budget_chars = int(cfg.minutes * 60 * 2500 * 4) + 400_000
     picked, chars = [], 0

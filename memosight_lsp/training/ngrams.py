@@ -5,7 +5,7 @@ is tokenized with the model's tokenizer; for each context of 1..max_order tokens
 min_count times the two commonest next tokens are kept. By default the "next token" is the model's
 own greedy choice at that point of the file (self-distillation, as for the heads): drafts are
 accepted when they match what the model will say, not what the text says, and on held-out code
-such a table's chains are ~2.7x longer than a table of the text's (docs/speculative.md). The
+such a table's chains are longer than a table of the text's (figures: docs/speculative.md). The
 model reads files in shuffled order for up to `minutes`; `labels="text"` skips the model.
 
 Files held out by a hash of their path give the report: how often the table has a guess, and how
