@@ -198,6 +198,13 @@ def read_source_file(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def read_position(args: argparse.Namespace) -> tuple[str, int]:
+    """The text of the file add_position_arguments named and the str column of its cursor;
+    ValueError, naming the file or the argument, when either is wrong."""
+    text = read_source_file(args.file)
+    return text, cursor_column(text, args.line, args.character)
+
+
 __all__ = [
     "ModelLoadError",
     "add_model_options",
@@ -208,6 +215,7 @@ __all__ = [
     "fail",
     "load_model_from_args",
     "load_resolved_from_args",
+    "read_position",
     "read_source_file",
     "remote_engine_from_args",
     "resolve_from_args",

@@ -14,11 +14,10 @@ from .common import (
     ModelLoadError,
     add_model_options,
     add_position_arguments,
-    cursor_column,
     emit,
     engine_from_args,
     fail,
-    read_source_file,
+    read_position,
 )
 from .index import scan_with_progress
 
@@ -56,11 +55,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        text = read_source_file(args.file)
-    except ValueError as err:
-        return fail(str(err))
-    try:
-        column = cursor_column(text, args.line, args.character)
+        text, column = read_position(args)
     except ValueError as err:
         return fail(str(err))
     if args.max_new_tokens < 1:

@@ -12,7 +12,7 @@ from memosight_lsp.config import ContextSettings, Settings
 from memosight_lsp.context import PackedContext, build_context
 from memosight_lsp.workspace import WorkspaceIndex
 
-from .common import add_position_arguments, cursor_column, emit, fail, read_source_file
+from .common import add_position_arguments, emit, fail, read_position
 from .index import scan_with_progress
 
 log = logging.getLogger(__name__)
@@ -95,11 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from memosight_lsp.engine.loading import ModelLoadError
 
     try:
-        text = read_source_file(args.file)
-    except ValueError as err:
-        return fail(str(err))
-    try:
-        column = cursor_column(text, args.line, args.character)
+        text, column = read_position(args)
     except ValueError as err:
         return fail(str(err))
     root = Path(args.root) if args.root else find_root(Path(args.file))
