@@ -5,8 +5,8 @@ was trained on), sampled with `--seed`, `--cases` per kind:
 
 - rename: a local variable renamed at its definition (its first assignment in a function);
   expected: its next use in the function renamed the same way;
-- string: a string constant used twice in a function changed at its first use; expected: the
-  second changed the same way;
+- string: a string constant used exactly twice in a function changed at its first use;
+  expected: the second changed the same way;
 - control: a string constant used once in its file changed; no edit is expected.
 
 Each case is the file before the edit, the edit as the buffer's recent edit (EditHistory), the
@@ -16,12 +16,14 @@ after the cursor is the expected one (same span, same text). False proposal: a c
 any edit proposed.
 
 Speed: for the first `--plain-cases` cases of each kind the rewrite is decoded again with plain
-greedy decoding; the tokens must be the same (`identical`), and tokens per second of the rewrite
-(its decode, prefill apart) are reported with and without the window draft.
+greedy decoding; the tokens must be the same (`identical`; `samePrefixCutByTime`: the two were
+cut by maxWaitMs at different lengths and agree up to the shorter), and tokens per second of the
+rewrite (its decode, prefill apart) are reported with and without the window draft.
 
 Prints JSON: per kind, cases, exact matches (share), proposals, latency p50/p90 of the whole
-prediction (prompt, prefill, rewrite, diff), tokens per pass; overall rewrite tokens/s with the
-draft and plain, the speed-up, and whether every compared rewrite was identical.
+prediction (prompt, prefill, rewrite, diff), tokens per pass, up to 4 missed cases (`examples`);
+overall rewrite tokens/s with the draft and plain, the speed-up, and how many compared rewrites
+were identical.
 """
 
 from __future__ import annotations
@@ -148,7 +150,9 @@ def string_cases(path: str, text: str, tree: ast.AST) -> Iterator[EditCase]:
                 )
                 continue
             twins = [n for n in inside[i + 1 :] if n.value == value]
-            if counts[value] != 2 or not twins or twins[0].lineno == node.lineno:
+            if len(twins) != 1 or any(n.value == value for n in inside[:i]):
+                continue  # used exactly twice in the function: this one and its twin
+            if twins[0].lineno == node.lineno:
                 continue
             if twins[0].lineno - node.lineno > MAX_USE_DISTANCE:
                 continue
@@ -211,7 +215,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cases = make_cases(args.cases, args.seed)
     kinds: dict[str, Any] = {}
     speed = {"draftTokens": 0, "draftMs": 0.0, "plainTokens": 0, "plainMs": 0.0}
-    identical = compared = 0
+    identical = compared = same_prefix = 0
     for kind, chosen in cases.items():
         latencies: list[float] = []
         exact = proposed = 0
@@ -226,7 +230,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             nearest = next((h for h in result.hunks if h.start >= cursor), None)
             proposed += bool(result.hunks)
             exact += case.expected is not None and nearest == case.expected
-            if len(examples) < 3:
+            missed = (case.expected is None) == bool(result.hunks) or (
+                case.expected is not None and nearest != case.expected
+            )
+            if len(examples) < 4 and missed:
                 examples.append(
                     {
                         "path": case.path,
@@ -242,6 +249,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 plain = editor.predict(request_for(case, args.max_wait_ms, plain=True))
                 compared += 1
                 identical += plain.tokens == result.tokens
+                # Both cut by maxWaitMs at different lengths: the same greedy tokens up to the end
+                # of the shorter one.
+                shorter = min(len(plain.tokens), len(result.tokens))
+                timed = "time" in (plain.stop_reason, result.stop_reason)
+                same_prefix += timed and plain.tokens[:shorter] == result.tokens[:shorter]
                 speed["draftTokens"] += result.new_tokens
                 speed["draftMs"] += result.decode_ms
                 speed["plainTokens"] += plain.new_tokens
@@ -271,6 +283,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rewrite": {
             "compared": compared,
             "identical": identical,
+            "samePrefixCutByTime": same_prefix,
             "tokensPerSecondDraft": round(draft_rate, 1) if draft_rate else None,
             "tokensPerSecondPlain": round(plain_rate, 1) if plain_rate else None,
             "speedup": round(draft_rate / plain_rate, 2) if draft_rate and plain_rate else None,
