@@ -116,12 +116,21 @@ def test_runs_of_some_languages_each_merge_into_one_pooled_report(tmp_path: Path
         }
         path.write_text(json.dumps(data))
         paths.append(str(path))
+    # Another run on the same Go cases with another strategy adds its column.
+    extra = {(1024, "simonly", "random"): [outcome(True, 1.0) for _ in range(5)]}
+    more = {"strategies": ["simonly"], "budgets": [1024]}
+    more["outcomes"] = {"go": quality.dump_outcomes(extra)}
+    (tmp_path / "more.json").write_text(json.dumps(more))
+    paths.append(str(tmp_path / "more.json"))
     table, text = quality.merge(paths, seed=0)
+    assert table["go"]["1024"]["simonly"]["random"]["vsFile"]["exactMatch"]["value"] == 40.0
+    assert table["go"]["1024"]["file"]["random"]["cases"] == 5
     pooled = table["all"]["1024"]["default"]["random"]
     assert pooled["cases"] == 10 and pooled["exactMatch"]["value"] == 60.0
     assert pooled["vsFile"]["exactMatch"]["value"] == 20.0  # one more hit in each language
     assert pooled["vsLlama"]["exactMatch"]["value"] == 40.0
     assert table["rust"]["1024"]["file"]["random"]["exactMatch"]["value"] == 20.0
     rows = [row for row in text.split("\n") if row.startswith("| ")][1:]
-    assert [row.split(" | ")[0] for row in rows].count("| go") == 3
+    assert [row.split(" | ")[0] for row in rows].count("| go") == 4  # simonly too
     assert any(row.startswith("| all | random | 10 | default | 60.0") for row in rows)
+    assert not any(row.startswith("| all | random | 10 | simonly") for row in rows)  # Go only

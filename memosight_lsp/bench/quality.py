@@ -372,11 +372,14 @@ def corpus_cases(
 
 
 def pooled(per_language: dict[str, Results]) -> Results:
-    """Every language's outcomes together (in language order, so pairs stay paired)."""
+    """Every language's outcomes together (in language order, so pairs stay paired), for
+    the strategies run in every language."""
+    keys = set.intersection(*(set(r) for r in per_language.values())) if per_language else set()
     out: Results = {}
     for results in per_language.values():
         for key, outcomes in results.items():
-            out.setdefault(key, []).extend(outcomes)
+            if key in keys:
+                out.setdefault(key, []).extend(outcomes)
     return out
 
 
@@ -413,14 +416,17 @@ def load_outcomes(rows: dict[str, list[list]]) -> Results:
 
 def merge(paths: Sequence[str], seed: int) -> tuple[dict, str]:
     """The reports of several `--langs` runs (their JSON files) together: per language and
-    pooled over all their cases, and the markdown table of the first budget."""
+    pooled over all their cases, and the markdown table of the first budget. Runs of the
+    same languages with other strategies (same seed and --cases: the same cases) add their
+    columns."""
     per_language: dict[str, Results] = {}
     names: list[str] = []
     budgets: list[int] = []
     for path in paths:
         data = json.loads(Path(path).read_text())
         for language, rows in data["outcomes"].items():
-            per_language[language] = load_outcomes(rows)
+            # Runs of other strategies on the same cases (same seed and --cases) add up.
+            per_language.setdefault(language, {}).update(load_outcomes(rows))
         names += [n for n in data["strategies"] if n not in names]
         budgets += [b for b in data["budgets"] if b not in budgets]
     table = {
