@@ -4,7 +4,8 @@ A next-edit rewrite writes a window of the buffer again with a change or two. Wi
 the window's current tokens and, at every pass, proposes the rest of them from where the rewrite
 is now: it follows the old tokens while the model copies them, and after a change it finds its
 place again by matching the rewrite's last tokens in the old ones, nearest after the place it
-lost (without a match: as far on as the rewrite has gone since, as if as many tokens changed). The verification decides as for any source, so the output stays greedy's.
+lost (without a match: as far on as the rewrite has gone since, as if as many tokens changed).
+The verification decides as for any source, so the output stays greedy's.
 """
 
 from __future__ import annotations
