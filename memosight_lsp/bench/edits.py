@@ -12,7 +12,8 @@ was trained on), sampled with `--seed`, `--cases` per kind:
 Each case is the file before the edit, the edit as the buffer's recent edit (EditHistory), the
 cursor at the end of the edited text; the prediction is completion/next_edit.py's, as the server
 makes it (window, prompt, window draft, post-processing). Exact match: the proposed edit nearest
-after the cursor is the expected one (same span, same text). False proposal: a control case with
+after the cursor makes the same text as the expected one (`_new` inserted after `value` is
+`value` replaced by `value_new`). False proposal: a control case with
 any edit proposed.
 
 Speed: for the first `--plain-cases` cases of each kind the rewrite is decoded again with plain
@@ -200,6 +201,10 @@ def request_for(case: EditCase, max_wait_ms: int, plain: bool = False) -> NextEd
     )
 
 
+def applied(text: str, hunk: Hunk) -> str:
+    return text[: hunk.start] + hunk.new_text + text[hunk.end :]
+
+
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -229,7 +234,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cursor = sum(len(line) for line in case.after.splitlines(True)[: case.cursor_line])
             nearest = next((h for h in result.hunks if h.start >= cursor), None)
             proposed += bool(result.hunks)
-            exact += case.expected is not None and nearest == case.expected
+            exact += (
+                case.expected is not None
+                and nearest is not None
+                and applied(case.after, nearest) == applied(case.after, case.expected)
+            )
             missed = (case.expected is None) == bool(result.hunks) or (
                 case.expected is not None and nearest != case.expected
             )
