@@ -29,6 +29,7 @@ Strategies (`--strategies`, comma-separated; variants join with `+`, e.g. `floor
   gateN     with shareP: other files' code only where it pays (context.pack.cross_pays): a
             similar window at least N% alike (default 50), or a name another file defines on
             the cursor's line or the line above; else the current file alone
+  gatesimN  the same, the similar window alone opening the gate
 
     memosight bench quality --model M --cases 200 --strategies file,default,share10,floor40 \\
         --budgets 1024 --threads 1 --out q.json --plot q.png --examples 20
@@ -133,7 +134,9 @@ class Strategy:
     repo_format: bool | None = None  # None: the settings' defaults
 
 
-_VARIANT = re.compile(r"floor(\d+)|share(\d+)|sim(\d+)|gate(\d+)?|simonly|suffix4|foreign|repo")
+_VARIANT = re.compile(
+    r"floor(\d+)|share(\d+)|sim(\d+)|gate(?:sim)?(\d+)?|simonly|suffix4|foreign|repo"
+)
 
 
 def parse_strategy(name: str) -> Strategy:
@@ -156,7 +159,7 @@ def parse_strategy(name: str) -> Strategy:
         elif match.group(3):
             packing = dataclasses.replace(packing, similar=int(match.group(3)))
         elif part.startswith("gate"):
-            packing = dataclasses.replace(packing, gate=True)
+            packing = dataclasses.replace(packing, gate=True, gate_names=part[4:7] != "sim")
             if match.group(4):
                 packing = dataclasses.replace(packing, gate_similarity=int(match.group(4)) / 100)
         elif part == "simonly":

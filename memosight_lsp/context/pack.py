@@ -324,7 +324,7 @@ def _shared(
     assert packing.cross_share is not None
     room = min(int(budget * packing.cross_share), budget - MIN_OWN_TOKENS)
     similar = similar_candidates(ranker, packing.similar) if room > 0 else []
-    if room > 0 and packing.gate and not cross_pays(ranker, similar, packing.gate_similarity):
+    if room > 0 and packing.gate and not cross_pays(ranker, similar, packing):
         room = 0  # the current file alone: the same prompt as without an index
     if room > 0:
         candidates = [c for c in ranker.rank() if c.path != layout.current]
@@ -432,14 +432,17 @@ def _model_ordered(
     return reordered or candidates
 
 
-def cross_pays(ranker: Ranker, similar: list[Candidate], min_similarity: float) -> bool:
+def cross_pays(ranker: Ranker, similar: list[Candidate], packing: Packing) -> bool:
     """Packing.gate: whether other files' code is worth its tokens at this cursor. On held-out
     projects it cost the lines that only continue the current file (docs/context.md): it pays
-    where code like this exists elsewhere (a window at least `min_similarity` alike) or where
-    the code at the cursor names what another file defines (the cursor's line and the nearest
-    non-blank line above it use a name this file neither defines nor binds locally)."""
-    if any(c.score - SIMILAR_RANK >= min_similarity for c in similar):
+    where code like this exists elsewhere (a window at least `gate_similarity` alike) or, with
+    `gate_names`, where the code at the cursor names what another file defines (the cursor's
+    line and the nearest non-blank line above it use a name this file neither defines nor
+    binds locally)."""
+    if any(c.score - SIMILAR_RANK >= packing.gate_similarity for c in similar):
         return True
+    if not packing.gate_names:
+        return False
     lines, line = ranker.lines, ranker.line
     above = next(
         (row for row in reversed(lines[max(0, line - GATE_LINES) : line]) if row.strip()), ""

@@ -83,6 +83,7 @@ class Packing:
     # current file alone.
     gate: bool = False
     gate_similarity: float = 0.5
+    gate_names: bool = True  # False: the similar windows alone open the gate
 
 
 DEFAULT_PACKING = Packing()
