@@ -17,7 +17,9 @@ B_PY = "from a import compute_total\n\n\ndef checkout(cart):\n    return compute
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir: Path) -> CompletionEngine:
-    return CompletionEngine(load_model(str(tiny_model_dir), device="cpu"), speculative=False)
+    return CompletionEngine(
+        load_model(str(tiny_model_dir), device="cpu"), speculative=False, time_passes=False
+    )
 
 
 @pytest.fixture

@@ -117,7 +117,9 @@ def test_cross_share_packs_the_file_as_alone_after_the_snippets(project) -> None
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir: Path) -> CompletionEngine:
-    return CompletionEngine(load_model(str(tiny_model_dir), device="cpu"), speculative=False)
+    return CompletionEngine(
+        load_model(str(tiny_model_dir), device="cpu"), speculative=False, time_passes=False
+    )
 
 
 def test_repo_format_names_files_with_the_familys_tokens(engine, project) -> None:

@@ -116,7 +116,7 @@ def test_the_model_scores_chunks_only_where_the_policy_allows(tiny_model_dir, tm
         chunk_max_candidates=12,
         chunk_min_overflow=1.0,
     )
-    engine = CompletionEngine(loaded, compression=allowed)
+    engine = CompletionEngine(loaded, compression=allowed, time_passes=False)
     assert engine.chunk_rerank(128) is None  # below the budget threshold
     rerank = engine.chunk_rerank(300)
     assert rerank is not None and (rerank.max_candidates, rerank.min_overflow) == (12, 1.0)

@@ -164,7 +164,7 @@ def closing_line(text: str, language: str | None) -> int | None:
     line_start = 0
     quote = ""
     index = 0
-    quotes = "\"`" if language == "rust" else "\"'`"
+    quotes = '"`' if language == "rust" else "\"'`"
     while index < len(text):
         ch = text[index]
         if ch == "'" and not quote and language == "rust":
@@ -217,9 +217,8 @@ def block_text(text: str, situation: CursorSituation) -> str:
 
 def closes_block(line: str, situation: CursorSituation) -> bool:
     """The line only closes brackets, dedented below the block's body: the block's own end."""
-    return (
-        CLOSER_LINE.fullmatch(line.strip()) is not None
-        and width(leading_ws(line)) < width(situation.indent)
+    return CLOSER_LINE.fullmatch(line.strip()) is not None and width(leading_ws(line)) < width(
+        situation.indent
     )
 
 

@@ -57,6 +57,7 @@ REQUESTS = (
     "textDocument/completion",
     "memosight/stats",
     "memosight/context",
+    "memosight/nextEdit",
     "workspace/executeCommand",
 )
 NOTIFICATIONS = (
