@@ -100,6 +100,10 @@ class CompletionRequest:
     packing: Packing = field(default_factory=lambda: packing_for(_DEFAULTS))
     repo_format: bool = False
 
+    def stop_at(self) -> float:
+        """The time.monotonic() by which decoding (or a prewarm's prefill) started now ends."""
+        return time.monotonic() + self.max_wait_ms / 1000
+
     @classmethod
     def from_settings(cls, settings: Settings, **request: Any) -> CompletionRequest:
         """A request under these settings; `request` gives the rest (text, line, column, ...).
@@ -444,7 +448,7 @@ class CompletionEngine:
         whenever that changes, while decoding goes on; the Completion returned is the whole one.
         Decoding ends by request.max_wait_ms with what is verified then (stop reason "time")."""
         started = time.perf_counter()
-        stop_at = time.monotonic() + request.max_wait_ms / 1000
+        stop_at = request.stop_at()
         self._share_cores()
         cursor = plan_cursor(request)
         if cursor.refused is not None:
@@ -570,7 +574,7 @@ class CompletionEngine:
             cancelled=cancelled,
             # In chunks always: a request arriving meanwhile cancels it between two.
             prefill_chunk=budget.prefill_chunk or MIN_CHUNK_TOKENS,
-            stop_at=time.monotonic() + request.max_wait_ms / 1000,
+            stop_at=request.stop_at(),
         )
         generation = self.decoder.prefill_only(
             self.loaded.model, prompt_ids, rules, buffer_id=request.buffer_id
