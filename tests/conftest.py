@@ -21,12 +21,19 @@ from tiny_models import save_tiny_model
 
 from memosight_lsp.engine import native_kernels
 
-# Tests measure the native kernels where they run: built in the foreground by the first test
-# that needs them, once per machine (a user's are built in the background:
+# Tests measure the native kernels where they run: built in the foreground before the first
+# test (pytest_sessionstart), once per machine (a user's are built in the background:
 # engine/native_kernels.py), in the real kernel folder even when a test points XDG_CACHE_HOME
 # elsewhere. Servers and commands the tests start inherit both.
 os.environ.setdefault(native_kernels.ENV_SWITCH, "wait")
 os.environ.setdefault(native_kernels.DIR_SWITCH, str(native_kernels.cache_root()))
+
+
+def pytest_sessionstart(session):
+    """Build (or adopt) the native kernels before the first test: on a fresh machine the build
+    takes minutes on two cores, longer than the timeout of a test that runs a command, and the
+    test that happened to come first would fail for it."""
+    native_kernels.kernels()
 
 
 @pytest.fixture(scope="session")

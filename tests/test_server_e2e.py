@@ -100,8 +100,10 @@ async def test_accepting_the_suggestion_is_served_by_the_precompute(client):
     cursor = after_insert(*CURSOR, suggestion)
     await inline(client, uri, *cursor)
     after = await stats(client)
-    assert after["precomputeCalls"] > numbers["precomputeCalls"] - 1 >= 0
-    assert after["modelCalls"] == numbers["modelCalls"]  # joined or served from the precompute
+    # The precompute may still wait for the worker when the first answer arrives (calibration
+    # runs after a first answer); the accepted request joins it or is served from it.
+    assert after["precomputeCalls"] >= max(1, numbers["precomputeCalls"])
+    assert after["modelCalls"] == numbers["modelCalls"]
 
 
 async def test_an_edit_elsewhere_invalidates_the_suggestion(client):
