@@ -9,6 +9,10 @@ not worth proposing (`refusal`): a change of whitespace only, a deletion of more
 MAX_DELETED_LINES lines, a change of more than MAX_CHANGED_LINES lines, the user's last edit
 undone, or more than MAX_HUNKS changes at once.
 
+Before any model: when the last edit renamed an identifier, the next place still using the old
+name is the answer, with no model call (rename_follow_up.py; `rename_follow_up_edit`); the
+model rewrite answers every other edit.
+
 Bounded: the rewrite has at most the window's tokens + a margin, and ends by maxWaitMs with what
 it has (a rewrite cut short proposes only the changes in the lines it wrote).
 """
@@ -30,6 +34,7 @@ from memosight_lsp.engine.speculative import SpeculativeDecoder
 
 from .edit_history import Edit
 from .next_edit_prompt import NextEditPrompt, build_next_edit_prompt
+from .rename_follow_up import follow_up
 
 WINDOW_LINES = 30
 LINES_BEFORE = 8  # of the window, above the cursor or the last edit, whichever is higher
@@ -45,6 +50,7 @@ MAX_DRAFT = 64  # draft tokens per pass: a copy is long and likely
 class NextEditRequest:
     text: str  # the whole document
     cursor_line: int  # 0-based
+    cursor: int | None = None  # document offset of the cursor; None: the start of cursor_line
     edits: tuple[Edit, ...] = ()  # the buffer's recent edits, oldest first
     path: str | None = None
     language_id: str | None = None
@@ -67,6 +73,7 @@ class Hunk:
 class NextEdit:
     hunks: list[Hunk]
     reason: str | None = None  # why there is no edit, when hunks is empty
+    source: str = "model"  # "rename": a rename follow-up, no model ran
     first_line: int = 0  # the window: lines first_line .. end_line - 1
     end_line: int = 0
     window_start: int = 0  # document offsets of the window
@@ -87,6 +94,8 @@ class NextEdit:
     stats: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
+        if self.source != "model":
+            return dict(self.stats)
         return {
             "family": self.family,
             "promptTokens": self.prompt_tokens,
@@ -187,6 +196,37 @@ def proposals(
         else:
             reasons.append(why)
     return kept, None if kept else "dropped: " + "; ".join(dict.fromkeys(reasons))
+
+
+def rename_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
+    """The next edit after a rename, found with no model (rename_follow_up.py): the place nearest
+    the cursor still using the old name, renamed; none (with a reason) when no such place is
+    left. None when the last edit renamed no identifier: the model decides."""
+    if not request.edits:
+        return None
+    started = time.perf_counter()
+    cursor = request.cursor
+    if cursor is None:
+        lines = request.text.splitlines(keepends=True)
+        cursor = sum(len(line) for line in lines[: request.cursor_line])
+    found = follow_up(
+        request.text,
+        cursor,
+        request.edits[-1],
+        path=request.path,
+        language_id=request.language_id,
+    )
+    if found is None:
+        return None
+    place = found.next
+    return NextEdit(
+        hunks=[] if place is None else [Hunk(*place)],
+        reason=found.reason,
+        source="rename",
+        complete=True,
+        stats={"rename": found.describe()},
+        total_ms=(time.perf_counter() - started) * 1000,
+    )
 
 
 class NextEditor:

@@ -1,0 +1,267 @@
+"""Rename follow-up: the user just renamed an identifier; the next place still using the old name,
+renamed the same way. A next edit that needs no model, answered at once.
+
+A rename: the buffer's last edit, its old and new text widened to the whole word around them in
+their line, is one identifier on each side (Unicode word characters not starting with a digit,
+and `$` in JavaScript and TypeScript), the two different. Typing a new name over several
+keystrokes is one edit already (EditHistory merges them).
+
+The places still using the old name: its whole-word, same-case occurrences in the rename's scope,
+minus those that are not the same name:
+- in a string or a comment (tree-sitter where the language has a grammar; else a check of the
+  line before it for quotes and line comments, which cannot see block comments or strings over
+  several lines); an interpolation inside a string (`f"{total}"`, `${total}`) is code;
+- a keyword (an anonymous tree-sitter token);
+- a member (after `.` or `->`) when the renamed word was not one, or the reverse: `obj.total`
+  is another name than a local `total`.
+
+Scope (with a grammar): a name renamed inside a function (its body or its parameters) is looked
+for in that function only, as locals are; a function's own name, a member, or a name outside
+every function, in the whole document. Without a grammar, the whole document.
+
+Proposed: one edit, the occurrence nearest after the cursor, else the nearest before it: one at a
+time, as Copilot's next-edit suggestions go. Once the editor applies it, that change is the
+buffer's last edit, again a rename of the same name, and the next request offers the next place.
+It never undoes the last edit: it only turns the old name into the new one, never at the place
+just edited (that place holds the new name).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import tree_sitter as ts
+
+from memosight_lsp.workspace.languages import LanguageSpec, language_for, parser
+
+from .edit_history import Edit
+
+MAX_PARSE_BYTES = 1_000_000  # beyond this the lexical check decides (a parse would be slow)
+DOLLAR_LANGUAGES = frozenset(
+    {"javascript", "javascriptreact", "typescript", "typescriptreact", "tsx"}
+)
+# Line-comment leaders for languages without a grammar here ("//" for the rest).
+LINE_COMMENTS = {
+    **dict.fromkeys(
+        ("ruby", "shellscript", "sh", "bash", "zsh", "perl", "r", "yaml", "toml", "elixir",
+         "julia", "nim", "makefile", "dockerfile", "powershell", "coffeescript"),
+        ("#",),
+    ),
+    **dict.fromkeys(("lua", "sql", "haskell", "elm", "ada"), ("--",)),
+    "php": ("//", "#"),
+}  # fmt: skip
+# Function-like nodes that are not named definitions (their locals are theirs too).
+FUNCTION_NODES = frozenset(
+    {
+        "arrow_function",
+        "function_expression",
+        "function",
+        "lambda",
+        "closure_expression",
+        "func_literal",
+        "lambda_expression",
+    }
+)
+CODE_IN_STRINGS = ("interpolation", "substitution")  # `f"{x}"`, `${x}`: code inside a string
+STRING_OR_COMMENT = ("string", "comment", "char_literal", "character_literal", "text_block")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rename:
+    """The last edit made `old` into `new`, the new name now at text[start:end]."""
+
+    old: str
+    new: str
+    start: int
+    end: int
+    member: bool  # after `.` or `->`
+
+
+@dataclass(frozen=True, kw_only=True)
+class FollowUp:
+    rename: Rename
+    places: list[int]  # offsets of the old name still used, nearest to the cursor first
+    reason: str | None = None  # why there is no place, when there is none
+
+    @property
+    def next(self) -> tuple[int, int, str] | None:
+        """(start, end, new text) of the edit proposed: the nearest place."""
+        if not self.places:
+            return None
+        at = self.places[0]
+        return at, at + len(self.rename.old), self.rename.new
+
+    def describe(self) -> dict[str, object]:
+        return {"from": self.rename.old, "to": self.rename.new, "remaining": len(self.places)}
+
+
+def identifier_pattern(language_id: str | None) -> tuple[str, str]:
+    """(word character class, identifier regex) for the language."""
+    word = r"[\w$]" if (language_id or "").lower() in DOLLAR_LANGUAGES else r"\w"
+    first = r"[^\W\d]" if word == r"\w" else r"(?:[^\W\d]|\$)"
+    return word, f"{first}{word}*"
+
+
+def renamed(text: str, edit: Edit, language_id: str | None = None) -> Rename | None:
+    """The rename the last edit made, or None when it did not rename one identifier into another.
+    `text` is the document now: the edit's new text at edit.start (else None: out of date)."""
+    end = edit.start + len(edit.new)
+    if text[edit.start : end] != edit.new:
+        return None
+    word, identifier = identifier_pattern(language_id)
+    is_word = re.compile(word).fullmatch
+    left = edit.start
+    while left > 0 and is_word(text[left - 1]):
+        left -= 1
+    right = end
+    while right < len(text) and is_word(text[right]):
+        right += 1
+    new = text[left:right]
+    old = text[left : edit.start] + edit.old + text[end:right]
+    if old == new or not re.fullmatch(identifier, old) or not re.fullmatch(identifier, new):
+        return None
+    return Rename(old=old, new=new, start=left, end=right, member=is_member(text, left))
+
+
+def is_member(text: str, at: int) -> bool:
+    return text[max(0, at - 1) : at] == "." or text[max(0, at - 2) : at] == "->"
+
+
+def follow_up(
+    text: str,
+    cursor: int,
+    edit: Edit,
+    *,
+    path: str | None = None,
+    language_id: str | None = None,
+) -> FollowUp | None:
+    """The places to rename next after a rename (see the module doc); None: the last edit was no
+    rename (the model decides)."""
+    rename = renamed(text, edit, language_id)
+    if rename is None:
+        return None
+    word, _ = identifier_pattern(language_id)
+    pattern = re.compile(rf"(?<!{word}){re.escape(rename.old)}(?!{word})")
+    found = [
+        m.start() for m in pattern.finditer(text) if is_member(text, m.start()) == rename.member
+    ]
+    spec = language_for(path, language_id)
+    source = text.encode("utf-8", "surrogatepass")
+    if spec is not None and len(source) <= MAX_PARSE_BYTES:
+        places = in_code_and_scope(spec, text, source, rename, found)
+    else:
+        comments = LINE_COMMENTS.get((language_id or "").lower(), ("//",))
+        code = [
+            at
+            for at in [rename.start, *found]
+            if not in_string_or_comment_of_line(text, at, comments)
+        ]
+        places = code[1:] if code[:1] == [rename.start] else None
+    if places is None:
+        return None  # a word changed in a string or a comment: not a rename of a name
+    if not found:
+        return FollowUp(rename=rename, places=[], reason=f"no `{rename.old}` left: rename done")
+    if not places:
+        reason = f"`{rename.old}` is left only in strings, comments or other scopes"
+        return FollowUp(rename=rename, places=[], reason=reason)
+    after = sorted(at for at in places if at >= cursor)
+    before = sorted((at for at in places if at < cursor), reverse=True)
+    return FollowUp(rename=rename, places=after + before)
+
+
+def in_code_and_scope(
+    spec: LanguageSpec, text: str, source: bytes, rename: Rename, found: list[int]
+) -> list[int] | None:
+    """The occurrences (character offsets) that are code in the rename's scope, by tree-sitter;
+    None when the renamed word itself is not code (in a string or a comment)."""
+    tree = parser(spec).parse(source)
+    root = tree.root_node
+    to_byte = ByteOffsets(text)
+    renamed_at = root.descendant_for_byte_range(to_byte(rename.start), to_byte(rename.end))
+    if renamed_at is None or not is_code(renamed_at):
+        return None
+    scope = rename_scope(spec, renamed_at)
+    places = []
+    for at in found:
+        start = to_byte(at)
+        end = start + len(rename.old.encode("utf-8", "surrogatepass"))
+        if not scope.start_byte <= start < scope.end_byte:
+            continue
+        node = root.descendant_for_byte_range(start, end)
+        if node is not None and node.is_named and is_code(node):
+            places.append(at)
+    return places
+
+
+def is_code(node: ts.Node) -> bool:
+    """Not inside a string or a comment (an interpolation inside a string is code)."""
+    current: ts.Node | None = node
+    while current is not None:
+        kind = current.type
+        if any(part in kind for part in CODE_IN_STRINGS):
+            return True
+        if any(part in kind for part in STRING_OR_COMMENT):
+            return False
+        current = current.parent
+    return True
+
+
+def rename_scope(spec: LanguageSpec, renamed_at: ts.Node) -> ts.Node:
+    """The innermost function around the renamed word, unless the word is that function's own
+    name (then the next one out); the whole tree when none is around it."""
+    start, end = renamed_at.start_byte, renamed_at.end_byte
+    scope = renamed_at
+    while scope.parent is not None:
+        scope = scope.parent
+        if is_function(spec, scope):
+            name = scope.child_by_field_name("name")
+            own_name = name is not None and name.start_byte <= start and end <= name.end_byte
+            if not own_name:
+                return scope
+    return scope
+
+
+def is_function(spec: LanguageSpec, node: ts.Node) -> bool:
+    """A function, method or lambda with a body (C's `declaration`, a prototype, has none)."""
+    if node.type in FUNCTION_NODES:
+        return True
+    kind = spec.definitions.get(node.type)
+    return kind in ("function", "method") and node.child_by_field_name("body") is not None
+
+
+def in_string_or_comment_of_line(text: str, at: int, comments: tuple[str, ...]) -> bool:
+    """Whether text[at] follows an open quote or a line comment on its line (no grammar: the
+    line alone is read, so block comments and strings over several lines are not seen)."""
+    line = text[text.rfind("\n", 0, at) + 1 : at]
+    quote: str | None = None
+    i = 0
+    while i < len(line):
+        char = line[i]
+        if quote is not None:
+            if char == "\\":
+                i += 1
+            elif char == quote:
+                quote = None
+        elif char in "\"'`":
+            quote = char
+        elif any(line.startswith(leader, i) for leader in comments):
+            return True
+        i += 1
+    return quote is not None
+
+
+class ByteOffsets:
+    """Character offsets to UTF-8 byte offsets of one text, for ascending (or any) queries."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._char = 0
+        self._byte = 0
+
+    def __call__(self, offset: int) -> int:
+        if offset < self._char:
+            self._char = self._byte = 0
+        self._byte += len(self.text[self._char : offset].encode("utf-8", "surrogatepass"))
+        self._char = offset
+        return self._byte
