@@ -7,6 +7,7 @@ import {
   type Executable,
   LanguageClient,
   type LanguageClientOptions,
+  type Middleware,
   TransportKind,
 } from 'vscode-languageclient/node';
 import type { ServerCommand } from './locate';
@@ -28,7 +29,14 @@ export function serverSettings(scope?: vscode.Uri): JsonObject {
   });
 }
 
-export function createClient(server: ServerCommand, output: vscode.LogOutputChannel): LanguageClient {
+/** The inline provider's middleware (next edits' ghost text in front of the server's items). */
+export type InlineMiddleware = NonNullable<Middleware['provideInlineCompletionItems']>;
+
+export function createClient(
+  server: ServerCommand,
+  output: vscode.LogOutputChannel,
+  inline?: InlineMiddleware,
+): LanguageClient {
   const executable: Executable = {
     command: server.command,
     args: server.args,
@@ -44,6 +52,7 @@ export function createClient(server: ServerCommand, output: vscode.LogOutputChan
     initializationOptions: serverSettings(),
     synchronize: { configurationSection: SECTION },
     middleware: {
+      provideInlineCompletionItems: inline,
       workspace: {
         configuration: async (params, token, next) => {
           const result = await next(params, token);

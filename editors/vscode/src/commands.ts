@@ -37,18 +37,19 @@ function runningClient(controller: Controller) {
   return client;
 }
 
-/** Flips `memosight.enable` where it is set (workspace folder, workspace or user settings). */
-export async function toggle(): Promise<boolean> {
+/** Flips a boolean `memosight.*` setting (`enable`, `nextEdit.enabled`) where it is set
+ * (workspace folder, workspace or user settings). */
+export async function toggle(key: 'enable' | 'nextEdit.enabled'): Promise<boolean> {
   const config = vscode.workspace.getConfiguration(SECTION);
-  const inspect = config.inspect<boolean>('enable');
-  const enabled = config.get<boolean>('enable', true);
+  const inspect = config.inspect<boolean>(key);
+  const enabled = config.get<boolean>(key, true);
   const target =
     inspect?.workspaceFolderValue !== undefined
       ? vscode.ConfigurationTarget.WorkspaceFolder
       : inspect?.workspaceValue !== undefined
         ? vscode.ConfigurationTarget.Workspace
         : vscode.ConfigurationTarget.Global;
-  await config.update('enable', !enabled, target);
+  await config.update(key, !enabled, target);
   return !enabled;
 }
 
@@ -102,6 +103,7 @@ async function fixFallback(fix: string | null): Promise<void> {
  * the one action that fixes it). */
 export async function statusMenu(controller: Controller): Promise<void> {
   const enabled = vscode.workspace.getConfiguration(SECTION).get<boolean>('enable', true);
+  const nextEdits = vscode.workspace.getConfiguration(SECTION).get<boolean>('nextEdit.enabled', true);
   const { notice, fix } = controller.status;
   const fallback: (vscode.QuickPickItem & { command: string })[] = notice
     ? [{ label: `$(warning) ${notice}`, detail: fix ?? undefined, command: FIX_ITEM }]
@@ -109,6 +111,7 @@ export async function statusMenu(controller: Controller): Promise<void> {
   const items: (vscode.QuickPickItem & { command: string })[] = [
     ...fallback,
     { label: enabled ? 'Disable completions' : 'Enable completions', command: 'memosight.toggle' },
+    { label: nextEdits ? 'Disable next edits' : 'Enable next edits', command: 'memosight.toggleNextEdit' },
     { label: 'Show context at cursor', command: 'memosight.showContext' },
     { label: 'Show stats', command: 'memosight.showStats' },
     { label: 'Restart server', command: 'memosight.restart' },

@@ -2,7 +2,7 @@
 
 import * as vscode from 'vscode';
 import { State, type LanguageClient } from 'vscode-languageclient/node';
-import { createClient, SECTION } from './client';
+import { createClient, SECTION, type InlineMiddleware } from './client';
 import { locateServer, notFoundMessage, type ServerCommand } from './locate';
 import { nodeProbes } from './probes';
 import { selectedInterpreter } from './python';
@@ -44,6 +44,7 @@ export class Controller implements vscode.Disposable {
   constructor(
     private readonly output: vscode.LogOutputChannel,
     private readonly statusItem: vscode.StatusBarItem,
+    private readonly inlineMiddleware?: InlineMiddleware,
   ) {
     this.snapshot = this.show('starting', '', formatClientState('starting'));
   }
@@ -129,7 +130,7 @@ export class Controller implements vscode.Disposable {
 
   private async launch(server: ServerCommand): Promise<void> {
     this.output.info(`Starting: ${[server.command, ...server.args].join(' ')}`);
-    const client = createClient(server, this.output);
+    const client = createClient(server, this.output, this.inlineMiddleware);
     client.onNotification(STATUS_NOTIFICATION, (raw: unknown) => this.onStatus(raw));
     client.onNotification(COMPLETION_UPDATED, (raw: unknown) => this.onCompletionUpdated(raw));
     client.onDidChangeState((event) => {

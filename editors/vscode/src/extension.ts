@@ -4,6 +4,7 @@ import * as vscode from 'vscode';
 import { SECTION } from './client';
 import { showContext, showStats, statusMenu, toggle, ReportProvider, REPORT_SCHEME } from './commands';
 import { Controller, type StatusSnapshot } from './controller';
+import { NextEditView } from './nextEditView';
 import { onInterpreterChange } from './python';
 import { needsRestart } from './settings';
 
@@ -12,6 +13,7 @@ export interface MemoSightApi {
   readonly status: StatusSnapshot;
   readonly onDidChangeStatus: vscode.Event<StatusSnapshot>;
   readonly controller: Controller;
+  readonly nextEdits: NextEditView;
 }
 
 export function activate(context: vscode.ExtensionContext): MemoSightApi {
@@ -19,15 +21,23 @@ export function activate(context: vscode.ExtensionContext): MemoSightApi {
   const statusItem = vscode.window.createStatusBarItem('memosight.status', vscode.StatusBarAlignment.Right, 100);
   statusItem.name = 'MemoSight';
   statusItem.command = 'memosight.statusMenu';
-  const controller = new Controller(output, statusItem);
+  // Each needs the other: next edits ask through the controller's client, whose inline provider
+  // shows next edits' ghost text.
+  const nextEdits: NextEditView = new NextEditView(() => controller.languageClient, output);
+  const controller: Controller = new Controller(output, statusItem, nextEdits.inlineMiddleware);
   const reports = new ReportProvider();
 
   context.subscriptions.push(
     output,
     statusItem,
     controller,
+    nextEdits,
     vscode.workspace.registerTextDocumentContentProvider(REPORT_SCHEME, reports),
-    vscode.commands.registerCommand('memosight.toggle', toggle),
+    vscode.commands.registerCommand('memosight.toggle', () => toggle('enable')),
+    vscode.commands.registerCommand('memosight.toggleNextEdit', () => toggle('nextEdit.enabled')),
+    vscode.commands.registerCommand('memosight.applyNextEdit', () => nextEdits.apply()),
+    vscode.commands.registerCommand('memosight.dismissNextEdit', () => nextEdits.dismiss()),
+    vscode.commands.registerCommand('memosight.suggestNextEdit', () => nextEdits.suggest()),
     vscode.commands.registerCommand('memosight.restart', () => controller.restart()),
     vscode.commands.registerCommand('memosight.showContext', () => showContext(controller, reports)),
     vscode.commands.registerCommand('memosight.showStats', () => showStats(controller, reports)),
@@ -59,6 +69,7 @@ export function activate(context: vscode.ExtensionContext): MemoSightApi {
     },
     onDidChangeStatus: controller.onDidChangeStatus,
     controller,
+    nextEdits,
   };
 }
 

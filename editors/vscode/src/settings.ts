@@ -34,6 +34,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'completion.precomputeNext', default: true },
   { key: 'completion.firstResponseMs', default: 300 },
   { key: 'completion.maxWaitMs', default: 10000 },
+  { key: 'completion.alternatives', default: 3 },
   { key: 'context.budgetTokens', default: 1024 },
   { key: 'context.crossFile', default: true },
   { key: 'context.crossFileShare', default: 35 },
@@ -47,12 +48,15 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
  * user's settings only, as the server honours them from initializationOptions only. */
 export const USER_ONLY_SETTINGS: readonly string[] = ['model.allowPickle'];
 
-/** Settings only the extension reads (how to start the server); never sent to the server. */
+/** Settings only the extension reads (how to start the server, next edits in the editor); never
+ * sent to the server. */
 export const CLIENT_SETTINGS: readonly string[] = [
   'serverPath',
   'serverArgs',
   'pythonPath',
   'trace.server',
+  'nextEdit.enabled',
+  'nextEdit.debounceMs',
 ];
 
 export type JsonObject = { [key: string]: unknown };

@@ -28,6 +28,7 @@ const DEFAULTS = {
     precomputeNext: true,
     firstResponseMs: 300,
     maxWaitMs: 10000,
+    alternatives: 3,
   },
   context: { budgetTokens: 1024, crossFile: true, crossFileShare: 35, similarSnippets: 4 },
   compression: { kvCompression: 'off', kvRatio: 4, minPromptTokens: 2048 },
