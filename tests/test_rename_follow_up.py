@@ -239,4 +239,4 @@ def test_the_request_answer_is_marked_as_a_rename_and_needs_no_model():
     assert result is not None and result.source == "rename"
     (hunk,) = result.hunks
     assert buffer.text[hunk.start : hunk.end] == "total" and hunk.new_text == "sum_all"
-    assert result.describe() == {"rename": {"from": "total", "to": "sum_all", "remaining": 3}}
+    assert result.describe() == {"rename": {"old": "total", "new": "sum_all", "remaining": 3}}

@@ -93,7 +93,7 @@ class FollowUp:
         return at, at + len(self.rename.old), self.rename.new
 
     def describe(self) -> dict[str, object]:
-        return {"from": self.rename.old, "to": self.rename.new, "remaining": len(self.places)}
+        return {"old": self.rename.old, "new": self.rename.new, "remaining": len(self.places)}
 
 
 def identifier_pattern(language_id: str | None) -> tuple[str, str]:

@@ -1,6 +1,9 @@
 """memosight/nextEdit: the edit the user is likely to make next, from the buffer's recent edits
 (completion/next_edit.py), on the model worker.
 
+A rename follow-up (the last edit renamed an identifier) is answered at once on the event loop,
+with no model: no job, no model load, and with a serving engine too (`"source": "rename"`).
+
 A buffer's next-edit job is queued under its own key (the buffer's uri + NEXT_EDIT_KEY): a newer
 nextEdit request of the buffer cancels the older one, as a newer completion cancels an older
 completion, and neither kind cancels the other's request. Bad input never raises here: the
@@ -19,7 +22,12 @@ from lsprotocol import types
 from pygls.workspace import TextDocument
 
 from memosight_lsp.completion.edit_history import EditHistory
-from memosight_lsp.completion.next_edit import NextEdit, NextEditor, NextEditRequest
+from memosight_lsp.completion.next_edit import (
+    NextEdit,
+    NextEditor,
+    NextEditRequest,
+    rename_follow_up_edit,
+)
 from memosight_lsp.completion.scheduler import JobAbandoned, Scheduler
 from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import Settings
@@ -103,12 +111,12 @@ class NextEditFlow:
         edits = tuple(self.history.recent(doc.uri))
         if not edits:
             return empty(NO_EDITS)
-        self.host.ensure(settings.model)  # a load is queued first: the job runs after it
         codec = doc.position_codec
-        cursor_line = index.position_at(codec, index.offset_at(codec, position)).line
+        cursor = index.offset_at(codec, position)
         request = NextEditRequest(
             text=index.text,
-            cursor_line=cursor_line,
+            cursor_line=index.position_at(codec, cursor).line,
+            cursor=cursor,
             edits=edits,
             path=doc.path if doc.uri.startswith("file:") else None,
             language_id=doc.language_id,
@@ -116,6 +124,10 @@ class NextEditFlow:
             plain=not settings.completion.speculative,
             buffer_id=doc.uri + NEXT_EDIT_KEY,
         )
+        follow_up = rename_follow_up_edit(request)
+        if follow_up is not None:  # the last edit was a rename: no model needed
+            return answer_of(index, codec, follow_up)
+        self.host.ensure(settings.model)  # a load is queued first: the job runs after it
         version = doc.version
         job = self.scheduler.submit(
             doc.uri + NEXT_EDIT_KEY,
@@ -135,19 +147,26 @@ class NextEditFlow:
             return empty(result)
         if doc.version != version:
             return empty("the document changed meanwhile")
-        return {
-            "edits": [
-                {
-                    "range": lsp_range(index, codec, hunk.start, hunk.end),
-                    "newText": hunk.new_text,
-                }
-                for hunk in result.hunks
-            ],
-            "window": lsp_range(index, codec, result.window_start, result.window_end),
-            "reason": result.reason,
-            "model": result.model,
-            "stats": result.describe(),
-        }
+        return answer_of(index, codec, result)
+
+
+def answer_of(index: LineIndex, codec: Any, result: NextEdit) -> dict[str, Any]:
+    """The result JSON of a prediction: a model's rewrite (its window, model and stats) or a
+    rename follow-up (no window, no model)."""
+    by_model = result.source == "model"
+    return {
+        "edits": [
+            {"range": lsp_range(index, codec, hunk.start, hunk.end), "newText": hunk.new_text}
+            for hunk in result.hunks
+        ],
+        "window": lsp_range(index, codec, result.window_start, result.window_end)
+        if by_model
+        else None,
+        "reason": result.reason,
+        "source": result.source,
+        "model": result.model if by_model else None,
+        "stats": result.describe(),
+    }
 
 
 def lsp_range(index: LineIndex, codec: Any, start: int, end: int) -> dict[str, Any]:
@@ -162,4 +181,4 @@ def position_json(position: types.Position) -> dict[str, int]:
 
 
 def empty(reason: str) -> dict[str, Any]:
-    return {"edits": [], "window": None, "reason": reason}
+    return {"edits": [], "window": None, "reason": reason, "source": None}
