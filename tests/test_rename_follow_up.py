@@ -133,7 +133,7 @@ def test_an_edit_that_renames_no_identifier_is_left_to_the_model():
 
 
 def test_a_member_and_a_local_of_the_same_name_are_different_names():
-    text = "def f(obj):\n    size = obj.size\n    return size + obj.size\n"
+    text = "def f(obj):\n    size = obj.size\n    return g(size=3) + size + obj.size\n"
     buffer = Buffer(text)
     cursor = rename_at(buffer, "size =", "size", "n")
     found = buffer.follow_up(cursor, "python")

@@ -3,15 +3,18 @@
 Cases come from the Python projects of bench/corpora.py (pinned archives, which no model here
 was trained on), sampled with `--seed`, `--cases` per kind:
 
-- rename: a local variable renamed at its definition (its first assignment in a function);
-  expected: its next use in the function renamed the same way;
+- rename: a local variable renamed at its definition (its first assignment in a function; its
+  first use within 15 lines after it); expected: its next occurrence in the function (that use,
+  or an assignment before it) renamed the same way;
 - string: a string constant used exactly twice in a function changed at its first use;
   expected: the second changed the same way;
 - control: a string constant used once in its file changed; no edit is expected.
 
 Each case is the file before the edit, the edit as the buffer's recent edit (EditHistory), the
 cursor at the end of the edited text; the prediction is completion/next_edit.py's, as the server
-makes it (window, prompt, window draft, post-processing). Exact match: the proposed edit nearest
+makes it: the rename follow-up first (no model; `renameAnswers` counts the cases it answered),
+else the model (window, prompt, window draft, post-processing). `--model-only` skips the rename
+follow-up: the model alone, as before it. Exact match: the proposed edit nearest
 after the cursor makes the same text as the expected one (`_new` inserted after `value` is
 `value` replaced by `value_new`). False proposal: a control case with
 any edit proposed.
@@ -44,7 +47,13 @@ from typing import Any
 from memosight_lsp.bench import corpora
 from memosight_lsp.commands.common import EMBEDDED
 from memosight_lsp.completion.edit_history import EditHistory
-from memosight_lsp.completion.next_edit import Hunk, NextEditor, NextEditRequest
+from memosight_lsp.completion.next_edit import (
+    Hunk,
+    NextEdit,
+    NextEditor,
+    NextEditRequest,
+    rename_follow_up_edit,
+)
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 
@@ -60,6 +69,7 @@ class EditCase:
     before: str  # the file before the user's edit
     after: str  # the file after it: what the buffer holds
     cursor_line: int
+    cursor: int  # offset in `after`: the end of the edited text
     expected: Hunk | None  # in `after`'s offsets; None: no edit expected
 
 
@@ -96,13 +106,16 @@ def rename_cases(path: str, text: str, tree: ast.AST) -> Iterator[EditCase]:
             new = f"{node.id}_new"
             at = offset_of(lines, node.lineno, node.col_offset)
             after = replaced(text, at, node.id, new)
-            use = offset_of(lines, uses[0].lineno, uses[0].col_offset) + len(new) - len(node.id)
+            # The next occurrence: the first use, or an assignment (`x += 1`) before it.
+            following = next(n for n in names[i + 1 :] if n.id == node.id)
+            use = offset_of(lines, following.lineno, following.col_offset) + len(new) - len(node.id)
             yield EditCase(
                 kind="rename",
                 path=path,
                 before=text,
                 after=after,
                 cursor_line=node.lineno - 1,
+                cursor=at + len(new),
                 expected=Hunk(use, use + len(node.id), new),
             )
             break  # one per function
@@ -147,6 +160,7 @@ def string_cases(path: str, text: str, tree: ast.AST) -> Iterator[EditCase]:
                     before=text,
                     after=replaced(text, at, value, new),
                     cursor_line=node.lineno - 1,
+                    cursor=at + len(new),
                     expected=None,
                 )
                 continue
@@ -165,11 +179,14 @@ def string_cases(path: str, text: str, tree: ast.AST) -> Iterator[EditCase]:
                 before=text,
                 after=replaced(text, at, value, new),
                 cursor_line=node.lineno - 1,
+                cursor=at + len(new),
                 expected=Hunk(second, second + len(value), new),
             )
 
 
-def make_cases(per_kind: int, seed: int) -> dict[str, list[EditCase]]:
+def make_cases(
+    per_kind: int, seed: int, kinds: tuple[str, ...] = KINDS
+) -> dict[str, list[EditCase]]:
     found: dict[str, list[EditCase]] = {kind: [] for kind in KINDS}
     for project in corpora.projects(["python"]):
         root = corpora.fetch(project)
@@ -183,7 +200,8 @@ def make_cases(per_kind: int, seed: int) -> dict[str, list[EditCase]]:
             for case in [*rename_cases(name, text, tree), *string_cases(name, text, tree)]:
                 found[case.kind].append(case)
     rng = random.Random(seed)
-    return {kind: rng.sample(cases, min(per_kind, len(cases))) for kind, cases in found.items()}
+    chosen = {kind: rng.sample(cases, min(per_kind, len(cases))) for kind, cases in found.items()}
+    return {kind: cases for kind, cases in chosen.items() if kind in kinds}  # the same samples
 
 
 def request_for(case: EditCase, max_wait_ms: int, plain: bool = False) -> NextEditRequest:
@@ -193,12 +211,19 @@ def request_for(case: EditCase, max_wait_ms: int, plain: bool = False) -> NextEd
     return NextEditRequest(
         text=case.after,
         cursor_line=case.cursor_line,
+        cursor=case.cursor,
         edits=tuple(history.recent(case.path)),
         path=case.path,
         language_id="python",
         max_wait_ms=max_wait_ms,
         plain=plain,
     )
+
+
+def predict(editor: NextEditor, request: NextEditRequest, model_only: bool) -> NextEdit:
+    """As the server answers: the rename follow-up when the edit was a rename, else the model."""
+    follow_up = None if model_only else rename_follow_up_edit(request)
+    return follow_up if follow_up is not None else editor.predict(request)
 
 
 def applied(text: str, hunk: Hunk) -> str:
@@ -217,17 +242,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     loaded = load_model(None if args.model == EMBEDDED else args.model, device="cpu")
     costs = SpeculativeDecoder().measure_costs(loaded.model, 512)
     editor = NextEditor(loaded, costs)
-    cases = make_cases(args.cases, args.seed)
+    cases = make_cases(args.cases, args.seed, tuple(args.kinds.split(",")))
     kinds: dict[str, Any] = {}
     speed = {"draftTokens": 0, "draftMs": 0.0, "plainTokens": 0, "plainMs": 0.0}
     identical = compared = same_prefix = 0
     for kind, chosen in cases.items():
         latencies: list[float] = []
-        exact = proposed = 0
+        exact = proposed = by_rename = 0
         passes: list[float] = []
         examples: list[dict[str, Any]] = []
         for i, case in enumerate(chosen):
-            result = editor.predict(request_for(case, args.max_wait_ms))
+            result = predict(editor, request_for(case, args.max_wait_ms), args.model_only)
+            by_rename += result.source == "rename"
             latencies.append(result.total_ms)
             if result.new_tokens:
                 passes.append(result.new_tokens / max(1, result.forward_passes - 1))
@@ -255,6 +281,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     }
                 )
             if i < args.plain_cases:
+                if result.source != "model":  # the speed rows time the model's rewrite
+                    result = editor.predict(request_for(case, args.max_wait_ms))
                 plain = editor.predict(request_for(case, args.max_wait_ms, plain=True))
                 compared += 1
                 identical += plain.tokens == result.tokens
@@ -274,6 +302,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if kind == "control" or not chosen
             else round(exact / len(chosen), 3),
             "proposals": proposed,
+            "renameAnswers": by_rename,
             "falseProposalShare": round(proposed / len(chosen), 3)
             if kind == "control" and chosen
             else None,
@@ -288,6 +317,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "model": loaded.name,
         "seed": args.seed,
         "maxWaitMs": args.max_wait_ms,
+        "modelOnly": args.model_only,
         "kinds": kinds,
         "rewrite": {
             "compared": compared,
@@ -309,6 +339,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plain-cases", type=int, default=3, help="per kind, also decoded plain")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-wait-ms", type=int, default=20_000, help="per rewrite")
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help="comma-separated, of " + ", ".join(KINDS)
+    )
+    parser.add_argument(
+        "--model-only", action="store_true", help="no rename follow-up: the model answers all"
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     try:

@@ -13,7 +13,8 @@ minus those that are not the same name:
   several lines); an interpolation inside a string (`f"{total}"`, `${total}`) is code;
 - a keyword (an anonymous tree-sitter token);
 - a member (after `.` or `->`) when the renamed word was not one, or the reverse: `obj.total`
-  is another name than a local `total`.
+  is another name than a local `total`; likewise a keyword argument's name (`f(total=1)`,
+  with a grammar: the callee's parameter).
 
 Scope (with a grammar): a name renamed inside a function (its body or its parameters) is looked
 for in that function only, as locals are; a function's own name, a member, or a name outside
@@ -182,6 +183,7 @@ def in_code_and_scope(
     if renamed_at is None or not is_code(renamed_at):
         return None
     scope = rename_scope(spec, renamed_at)
+    keyword = is_keyword_argument_name(renamed_at)
     places = []
     for at in found:
         start = to_byte(at)
@@ -189,7 +191,9 @@ def in_code_and_scope(
         if not scope.start_byte <= start < scope.end_byte:
             continue
         node = root.descendant_for_byte_range(start, end)
-        if node is not None and node.is_named and is_code(node):
+        if node is None or not node.is_named or not is_code(node):
+            continue
+        if is_keyword_argument_name(node) == keyword:
             places.append(at)
     return places
 
@@ -205,6 +209,15 @@ def is_code(node: ts.Node) -> bool:
             return False
         current = current.parent
     return True
+
+
+def is_keyword_argument_name(node: ts.Node) -> bool:
+    """`total` in `f(total=1)`: the name of the callee's parameter, not a variable here."""
+    parent = node.parent
+    if parent is None or parent.type != "keyword_argument":
+        return False
+    name = parent.child_by_field_name("name")
+    return name is not None and name.start_byte == node.start_byte
 
 
 def rename_scope(spec: LanguageSpec, renamed_at: ts.Node) -> ts.Node:
