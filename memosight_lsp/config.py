@@ -66,6 +66,10 @@ class CompletionSettings:
     # No completion takes longer: past it decoding ends with what is verified, and a model job
     # that does not end (a stuck worker) is abandoned a little later (completion/scheduler.py).
     max_wait_ms: int = 10_000
+    # Items of an inline completion: the greedy suggestion first, then up to this many minus one
+    # other likely beginnings the model nearly chose, a few tokens each (engine/branches.py);
+    # 1: the greedy suggestion alone.
+    alternatives: int = 3
 
 
 @dataclass(kw_only=True)
@@ -109,6 +113,7 @@ NUMERIC_BOUNDS: dict[str, tuple[int, int]] = {
     "debounce_ms": (0, 5000),
     "first_response_ms": (0, 60000),
     "max_wait_ms": (1000, 600_000),
+    "alternatives": (1, 5),
     "budget_tokens": (0, 131072),
     "cross_file_share": (0, 100),
     "similar_snippets": (0, 16),

@@ -8,6 +8,7 @@ prefills only what follows its edit; `complete` hands what is verified by a dead
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,7 +22,7 @@ from memosight_lsp.engine import compression_policy, machine
 from memosight_lsp.engine.chunk_scoring import model_text_scorer
 from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
 from memosight_lsp.engine.core_share import CoreShare
-from memosight_lsp.engine.decoder import Decoder, Generation, StopRules
+from memosight_lsp.engine.decoder import BranchRules, Decoder, Generation, StopRules
 from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
 from memosight_lsp.engine.greedy import GreedyDecoder
 from memosight_lsp.engine.loading import LoadedModel, position_limit
@@ -29,7 +30,7 @@ from memosight_lsp.engine.speculative import SpeculativeDecoder
 from memosight_lsp.workspace.files import indexable_text
 from memosight_lsp.workspace.languages import language_for
 
-from . import postprocess
+from . import alternatives, postprocess
 from .calibration import Calibrator
 from .healing import HealingConstraint, VocabularyText
 from .latency import MIN_CHUNK_TOKENS, LatencyBudget, PrefillRate, latency_budget
@@ -51,6 +52,11 @@ if TYPE_CHECKING:
 
 # Tokens of other open buffers indexed for drafting: bounds the indexing's cost (docs/latency.md).
 MAX_DRAFT_BUFFER_TOKENS = 65_536
+# Alternatives (engine/branches.py): most tokens of one, its first included (where the model
+# hesitated at the start; the greedy item carries the long suggestion), and the most time their
+# decode takes after the greedy one, in ms (bounded by the first-response deadline as well).
+ALTERNATIVE_TOKENS = 8
+ALTERNATIVES_MS = 60.0
 
 # Called on the worker with what a completion still decoding has verified (Completion.text).
 PartialListener = Callable[["Completion"], None]
@@ -85,6 +91,8 @@ class CompletionRequest:
     first_response_ms: int = _DEFAULTS.completion.first_response_ms
     # Decoding ends by then with what is verified (the prompt's prefill included).
     max_wait_ms: int = _DEFAULTS.completion.max_wait_ms
+    # Items wanted: the greedy completion and up to alternatives - 1 others (1: greedy alone).
+    alternatives: int = _DEFAULTS.completion.alternatives
     plain: bool = not _DEFAULTS.completion.speculative  # plain greedy decoding, no acceleration
     # KV compression for long prompts; engine/compression_policy.py decides where it runs.
     kv_compression: compression_policy.KvMode = _DEFAULTS.compression.kv_compression
@@ -115,6 +123,7 @@ class CompletionRequest:
             mid_word=settings.completion.mid_word,
             first_response_ms=settings.completion.first_response_ms,
             max_wait_ms=settings.completion.max_wait_ms,
+            alternatives=settings.completion.alternatives,
             plain=not settings.completion.speculative,
             kv_compression=settings.compression.kv_compression,
             kv_ratio=settings.compression.kv_ratio,
@@ -138,6 +147,8 @@ class Completion:
     model: str = ""
     raw: str = ""  # the decoded model output before trimming
     stats: dict = field(default_factory=dict)
+    # Other items beside `text`, post-processed and distinct (completion/alternatives.py).
+    alternatives: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -151,6 +162,7 @@ class Completion:
             "total_ms": round(self.total_ms, 2),
             "stop_reason": self.stop_reason,
             "model": self.model,
+            **({"alternatives": self.alternatives} if self.alternatives else {}),
             **({"stats": self.stats} if self.stats else {}),
         }
 
@@ -464,9 +476,10 @@ class CompletionEngine:
             return tokenizer.decode(list(tokens))[len(healed) :]
 
         progress = None
+        shown: list[str] = []  # what on_partial was handed last
         if on_partial is not None and deadline is not None:
             progress = self._partial_reporter(
-                deadline, on_partial, generated_text, situation, multiline, len(prompt_ids)
+                deadline, on_partial, generated_text, situation, multiline, len(prompt_ids), shown
             )
         rules = StopRules(
             max_new_tokens=request.max_new_tokens,
@@ -484,12 +497,21 @@ class CompletionEngine:
         decode = GreedyDecoder() if request.plain else self._decoder_for(request, plan)
         self._draft_from_open_buffers(decode, request)
         # Per-buffer decoders keep the KV cache and last suggestion of each buffer.
+        branches = None
+        if request.alternatives > 1:
+            first_due = deadline if on_partial is not None else None
+            branches = BranchRules(
+                count=request.alternatives - 1,
+                max_tokens=ALTERNATIVE_TOKENS,
+                until=lambda: alternatives_until(stop_at, first_due, answered=bool(shown)),
+            )
         generation = decode(
             self.loaded.model,
             prompt_ids,
             rules,
             allowed_tokens=constraint,
             buffer_id=request.buffer_id,
+            branches=branches,
         )
         self._observe_prefill(generation)
         raw = generated_text(generation.tokens)
@@ -498,6 +520,12 @@ class CompletionEngine:
             text = ""
         elif generation.stop_reason == "time":  # cut short: up to its last whole line or word
             text = postprocess.partial(raw, situation, multiline)
+        others = [
+            (postprocess.finish if branch.ended else postprocess.partial)(
+                generated_text(branch.tokens), situation, multiline
+            )
+            for branch in generation.alternatives
+        ]
         self.calibration.answered()  # the first answer is out: timings may follow, when idle
         return Completion(
             text=text,
@@ -512,6 +540,7 @@ class CompletionEngine:
             model=self.loaded.name,
             raw=raw,
             stats=self._stats(request, generation, plan, prompt),
+            alternatives=alternatives.distinct(text, others, request.alternatives),
         )
 
     def _partial_reporter(
@@ -522,12 +551,13 @@ class CompletionEngine:
         situation: CursorSituation,
         multiline: bool,
         prompt_tokens: int,
+        shown: list[str],
     ) -> Callable[[Sequence[int]], None]:
         """The decoder's progress callback of a request with a deadline: from the deadline on,
         hands on what is verified whenever it changes, once there is some: an empty answer at
         the deadline would leave the editor blank until the next keystroke, so a request with
-        nothing verified by then waits for its first text (or the end of decoding)."""
-        shown: list[str] = []
+        nothing verified by then waits for its first text (or the end of decoding). `shown`
+        holds what was handed on last."""
         due = deadline if callable(deadline) else lambda: deadline
 
         def report(tokens: Sequence[int]) -> None:
@@ -676,6 +706,19 @@ class CompletionEngine:
         if generation.stop_reason == "time":
             return "nothing verified within completion.maxWaitMs"
         return "the model suggested nothing useful here (empty after trimming)"
+
+
+def alternatives_until(stop_at: float, deadline: Deadline | None, *, answered: bool) -> float:
+    """The time.monotonic() by which alternatives are decoded, once the greedy decode has ended:
+    never for a request already answered early (its response is out: they could not be in it),
+    else at most ALTERNATIVES_MS, and no later than its first-response deadline (the first item
+    is never held past it for them) nor its stop time."""
+    if answered:
+        return -math.inf
+    until = min(time.monotonic() + ALTERNATIVES_MS / 1000, stop_at)
+    if deadline is not None:
+        until = min(until, deadline() if callable(deadline) else deadline)
+    return until
 
 
 def _kv_decision(plan: compression_policy.Plan) -> dict[str, Any]:

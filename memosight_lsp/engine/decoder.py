@@ -61,6 +61,24 @@ class StopRules:
         return self.stop_at is not None and time.monotonic() > self.stop_at
 
 
+@dataclass(frozen=True, kw_only=True)
+class BranchRules:
+    """What a call asks of the alternatives decoded after its greedy tokens (engine/branches.py)."""
+
+    count: int  # alternatives wanted beside the greedy completion
+    max_tokens: int  # most tokens of one alternative, its first included
+    # time.monotonic() by which branching ends, asked once when it would start (<= now: none).
+    until: Callable[[], float]
+
+
+@dataclass(kw_only=True)
+class Branch:
+    """One alternative's new tokens (without a stop token)."""
+
+    tokens: list[int]
+    ended: bool = False  # by a stop token or the stop rule (else cut: by the token cap or time)
+
+
 @dataclass(kw_only=True)
 class Generation:
     tokens: list[int]  # new tokens, without the stop token
@@ -72,6 +90,9 @@ class Generation:
     # Prompt tokens in the cache when a prefill was cancelled (kept for the buffer's next call).
     cancelled_at_prompt_tokens: int = 0
     stats: dict = field(default_factory=dict)  # accelerator details (accepted tokens per pass...)
+    # Other likely beginnings, each continued greedily a few tokens (engine/branches.py); empty
+    # unless the call asked for them and the model had close runner-ups.
+    alternatives: list[Branch] = field(default_factory=list)
 
 
 def pick(logits: torch.Tensor, allowed: Sequence[int] | None) -> int:
@@ -152,15 +173,17 @@ class Run:
         allowed_tokens: AllowedTokens | None,
         buffer_id: str | None,
         prefix_cache: PrefixCache,
+        branches: BranchRules | None = None,
     ) -> None:
         self.model = model
         self.prompt_ids = prompt_ids
         self.rules = rules
         self.allowed_tokens = allowed_tokens
         self.buffer_id = buffer_id  # the per-buffer state key, None for a one-off call
+        self.branches = branches  # alternatives asked for (None: none)
         self.result = Generation(tokens=[], prompt_tokens=len(prompt_ids))
         self._prefix_cache = prefix_cache
-        self._started = self._prefilled = 0.0
+        self._started = self._prefilled = self._decoded = 0.0
         self._kept: tuple[list[int], DynamicCache, Any] | None = None
         self.attached: Any = None  # what the buffer's cache came with (kept again if cancelled)
         self._reuses = False  # the cache came from take_cache (a decoder that reuses caches)
@@ -260,10 +283,15 @@ class Run:
         (`attachment`), for the buffer's next call."""
         self._kept = (tokens, cache, attachment)
 
+    def decoded(self) -> None:
+        """The greedy tokens are final: what follows (alternatives) is off the decode's clock."""
+        self._decoded = time.perf_counter()
+
     def finish(self) -> None:
         """Decoding is over: time it, then keep the buffer's cache (outside the timing)."""
         if self._prefilled:
-            self.result.decode_ms = (time.perf_counter() - self._prefilled) * 1000
+            ended = self._decoded or time.perf_counter()
+            self.result.decode_ms = (ended - self._prefilled) * 1000
         if self._kept is not None:
             self._prefix_cache.put(self.buffer_id, self.model, *self._kept)
 
@@ -290,8 +318,11 @@ class Decoder(ABC):
         *,
         allowed_tokens: AllowedTokens | None = None,
         buffer_id: str | None = None,
+        branches: BranchRules | None = None,
     ) -> Generation:
-        run = Run(model, prompt_ids, rules, allowed_tokens, buffer_id, self.prefix_cache)
+        """`branches`: alternatives to decode after the greedy tokens, by decoders that can
+        (greedy and speculative: engine/branches.py); others return none."""
+        run = Run(model, prompt_ids, rules, allowed_tokens, buffer_id, self.prefix_cache, branches)
         if rules.max_new_tokens > 0 and prompt_ids:
             self.generate(run)
             run.finish()

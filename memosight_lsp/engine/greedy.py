@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from .branches import branch_off
 from .decoder import AllowedTokens, Decoder, Generation, Run, StopRules
 from .fused_trunk import FusedTrunk, HFTrunk, prepare_trunk
 
@@ -46,9 +47,11 @@ class GreedyDecoder(Decoder):
         logits = run.prefill(step, cache, 0)
         if logits is None:  # cancelled while prefilling
             return
+        first = logits  # [V]: the alternatives start here
         while (token := run.take_next(logits)) is not None:
             logits = forward(trunk, torch.tensor([[token]], device=device), cache)[-1]  # [V]
             run.result.forward_passes += 1
+        branch_off(run, trunk, cache, first, device)
 
 
 def greedy_generate(

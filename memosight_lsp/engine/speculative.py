@@ -23,6 +23,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from .branches import branch_off
 from .decoder import Decoder, Run
 from .drafters import (
     CostModel,
@@ -300,6 +301,7 @@ class SpeculativeDecoder(Decoder):
             result.stats = {"speculative": True, "reusedPromptTokens": reused}
             return
         hidden, logits = prefilled
+        first = logits  # [V]: the alternatives start here
         state = DraftState(
             committed=list(prompt_ids),  # ids whose keys/values are in the cache
             prompt_len=len(prompt_ids),
@@ -337,10 +339,12 @@ class SpeculativeDecoder(Decoder):
             state.hidden, logits = hiddens[node], scores.at(node)
             if ended:
                 break
+        branch_off(run, runner.trunk, cache, first, runner.device)
         kept = {src.name: k for src in self.ready if (k := src.keep(state)) is not None}
         run.keep(state.committed, cache, kept)
         decode_passes = max(result.forward_passes - 1, 1)
         result.stats = {
+            **result.stats,  # alternativesMs
             "speculative": True,
             "reusedPromptTokens": reused,
             "draftedTokens": drafted,

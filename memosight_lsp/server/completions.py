@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lsprotocol import types
 from pygls.workspace import TextDocument
@@ -75,6 +75,9 @@ class Outcome:
     position: types.Position | None = None  # the cursor, in client units
     # model | partial (by the deadline) | typeThrough | precompute | abandoned (stuck) | none
     source: str = "none"
+    # Other items beside `text` (completion.alternatives): only from a model run that ended by
+    # the request's first-response deadline; a cache hit or an early answer carries none.
+    alternatives: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -326,7 +329,11 @@ class CompletionFlow:
                 text=completion.text, reason=reason, position=cursor.position, source="partial"
             )
         return Outcome(
-            text=completion.text, reason=completion.reason, position=cursor.position, source="model"
+            text=completion.text,
+            reason=completion.reason,
+            position=cursor.position,
+            source="model",
+            alternatives=tuple(completion.alternatives),
         )
 
     def _continue_after(self, job: Job, cursor: Cursor, settings: Settings, shown: str) -> None:
@@ -501,6 +508,7 @@ class CompletionFlow:
                 return  # already known
         self._precompute_bases[cursor.uri] = base
         _, request = self.request_for(accepted_text, accepted_offset, cursor, settings)
+        request = replace(request, alternatives=1)  # served from the type-through cache: one item
         key = (accepted_offset, len(accepted_text), hash(accepted_text), self.generation)
         # A request that catches up with it joins it: then it answers by that request's
         # deadline, with what is verified, and decodes on like the request would.

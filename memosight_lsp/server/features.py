@@ -113,12 +113,11 @@ def register(server: MemoSightServer) -> None:
             ls.log_user(f"MemoSight: {outcome.reason}", types.MessageType.Warning)
         if not outcome.text or outcome.position is None:
             return None
+        cursor = types.Range(start=outcome.position, end=outcome.position)
         return types.InlineCompletionList(
-            items=[
-                types.InlineCompletionItem(
-                    insert_text=outcome.text,
-                    range=types.Range(start=outcome.position, end=outcome.position),
-                )
+            items=[  # the greedy suggestion first, then the alternatives (completion.alternatives)
+                types.InlineCompletionItem(insert_text=text, range=cursor)
+                for text in (outcome.text, *outcome.alternatives)
             ]
         )
 
