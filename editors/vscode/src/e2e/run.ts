@@ -4,7 +4,8 @@
 //   2. code-server opens a fixture workspace with the installed extension as the development
 //      extension and runs the mocha suite (out/test/suite) in its extension host;
 //   3. meanwhile this script watches the editor DOM for ghost text, screenshots it, and tells the
-//      suite through a file (ghost-seen.json).
+//      suite through a file (ghost-seen.json); it also does what the suite asks of the browser
+//      (browser-request-*.json: press a key, read the next-edit decorations), replying in files.
 // Prints every check and "N passed, N failed"; exits 1 on any failure.
 //
 // Environment: MEMOSIGHT_PYTHON (interpreter with memosight_lsp importable; default
@@ -13,7 +14,7 @@
 // (default /usr/bin/chromium), MEMOSIGHT_E2E_TIMEOUT_S (default 240).
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import * as path from 'node:path';
 import { chromium, type Page } from 'playwright-core';
@@ -97,6 +98,9 @@ function makeWorkspace(): string {
     // These tests compare whole suggestions: no first-response deadline on a loaded machine (a
     // partial answer first, the rest later, is tested in tests/test_latency.py).
     'memosight.completion.firstResponseMs': 0,
+    // Next edits only where the suite turns them on (its rename tests): a model's proposal shown
+    // as ghost text would change what the completion tests compare.
+    'memosight.nextEdit.enabled': false,
     'memosight.serverArgs': ['-v', '--log-file', path.join(ARTIFACTS, 'server.log')],
     'editor.inlineSuggest.enabled': true,
     'editor.quickSuggestions': { other: false, comments: false, strings: false },
@@ -170,6 +174,50 @@ async function watchGhostText(page: Page, stop: { done: boolean }): Promise<stri
     await new Promise((r) => setTimeout(r, 100));
   }
   return undefined;
+}
+
+// The next-edit decorations drawn in the editor: text struck through, and the `after` content
+// (the new text, the hint), which VS Code draws with CSS ::after rules.
+const NEXT_EDIT_DOM_JS = `(() => {
+  const struck = [];
+  const after = [];
+  for (const el of document.querySelectorAll('.monaco-editor .view-lines span')) {
+    if (getComputedStyle(el).textDecorationLine.includes('line-through')) struck.push(el.textContent || '');
+    const content = getComputedStyle(el, '::after').content;
+    if (content && content !== 'none' && content !== 'normal') after.push(content.replace(/^"|"$/g, ''));
+  }
+  return JSON.stringify({ struck, after });
+})()`;
+
+/** What the suite asks of the browser, by a file: `press` a key in the page (real keyboard
+ * input, so keybindings and their when clauses apply), or read the `nextEditDom` (and
+ * screenshot it). The reply goes to browser-reply-<id>.json. */
+async function serveBrowserRequests(page: Page, stop: { done: boolean }): Promise<void> {
+  while (!stop.done) {
+    for (const name of readdirSync(RUN).filter((n) => /^browser-request-[\w-]+\.json$/.test(n))) {
+      const id = name.slice('browser-request-'.length, -'.json'.length);
+      const request = JSON.parse(readFileSync(path.join(RUN, name), 'utf8')) as { action: string; arg?: string };
+      rmSync(path.join(RUN, name));
+      let reply: unknown;
+      try {
+        if (request.action === 'press' && request.arg) {
+          await page.keyboard.press(request.arg);
+          reply = { ok: true };
+        } else if (request.action === 'nextEditDom') {
+          reply = JSON.parse(await page.evaluate<string>(NEXT_EDIT_DOM_JS));
+          await page.screenshot({ path: path.join(ARTIFACTS, `next-edit${request.arg ? `-${request.arg}` : ''}.png`) });
+        } else {
+          reply = { error: `unknown request ${JSON.stringify(request)}` };
+        }
+      } catch (err) {
+        reply = { error: String(err) };
+      }
+      const tmp = path.join(RUN, `browser-reply-${id}.tmp`);
+      writeFileSync(tmp, JSON.stringify(reply));
+      renameSync(tmp, path.join(RUN, `browser-reply-${id}.json`));
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 /** Keeps ghost-latest.json holding the ghost text in the DOM now, rewritten whenever it changes,
@@ -256,11 +304,13 @@ async function main(): Promise<number> {
     const ghost = watchGhostText(page, stop);
     const tracking = trackGhostText(page, stop);
     const statusWatch = watchStatusBar(page, stop);
+    const browserRequests = serveBrowserRequests(page, stop);
     const timeout = new Promise<number>((resolve) => setTimeout(() => resolve(-1), TIMEOUT_MS));
     const code = await Promise.race([exited, timeout]);
     stop.done = true;
     const ghostText = await ghost;
     await tracking;
+    await browserRequests;
     await page.screenshot({ path: path.join(ARTIFACTS, 'final.png') }).catch(() => undefined);
     writeFileSync(path.join(ARTIFACTS, 'browser-console.log'), consoleLines.join('\n'));
     copyExtensionLog();

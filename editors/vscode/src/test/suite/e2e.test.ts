@@ -3,7 +3,7 @@
 // signals this suite through files in MEMOSIGHT_E2E_DIR.
 
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import type { MemoSightApi } from '../../extension';
@@ -86,6 +86,24 @@ async function acceptWith(command: string): Promise<string> {
   );
   assert.ok(inserted.startsWith(before), 'text was inserted at the end, nothing before it changed');
   return inserted.slice(before.length);
+}
+
+/** Asks the browser side (src/e2e/run.ts) to act in the page; its reply. */
+async function browser<T>(action: 'press' | 'nextEditDom', arg?: string): Promise<T> {
+  assert.ok(E2E_DIR, 'run by src/e2e/run.ts');
+  const id = `${Date.now()}-${Math.floor(Math.random() * 1e9)}`;
+  const tmp = path.join(E2E_DIR, `browser-request-${id}.tmp`);
+  writeFileSync(tmp, JSON.stringify({ action, arg }));
+  renameSync(tmp, path.join(E2E_DIR, `browser-request-${id}.json`));
+  const reply = path.join(E2E_DIR, `browser-reply-${id}.json`);
+  await waitFor(`the browser to ${action} ${arg ?? ''}`, () => existsSync(reply), 20_000);
+  return JSON.parse(readFileSync(reply, 'utf8')) as T;
+}
+
+/** The next-edit decorations in the editor DOM: struck-through text and `after` contents. */
+interface NextEditDom {
+  struck: string[];
+  after: string[];
 }
 
 async function waitForState(state: string, timeoutMs = 90_000): Promise<void> {
@@ -230,6 +248,85 @@ describe('MemoSight in VS Code', function () {
     }
     await waitForState('ready', 10_000);
     assert.ok((await serverSuggestion()).length > 0);
+  });
+
+  describe('next edits (memosight/nextEdit)', () => {
+    let renamed: vscode.TextEditor;
+    let source = '';
+    const lineOf = (text: string): number => renamed.document.getText().split('\n').indexOf(text);
+
+    // Off for the other tests (run.ts's workspace settings): a model's next edit in front of the
+    // ghost text would change what they compare.
+    const config = () => vscode.workspace.getConfiguration('memosight');
+
+    before(async () => {
+      await config().update('nextEdit.enabled', true, vscode.ConfigurationTarget.Workspace);
+      const folder = vscode.workspace.workspaceFolders![0];
+      const doc = await vscode.workspace.openTextDocument(vscode.Uri.joinPath(folder.uri, 'rename.py'));
+      source = doc.getText();
+      renamed = await vscode.window.showTextDocument(doc, vscode.ViewColumn.One);
+    });
+
+    after(async () => {
+      await config().update('nextEdit.enabled', false, vscode.ConfigurationTarget.Workspace);
+      await vscode.window.showTextDocument(renamed.document, vscode.ViewColumn.One);
+      await vscode.commands.executeCommand('workbench.action.files.revert');
+      editor = await vscode.window.showTextDocument(editor.document, vscode.ViewColumn.One);
+    });
+
+    it('renaming a local at its definition proposes its next use, drawn as a decoration', async () => {
+      await waitForState('ready');
+      const line = lineOf('    total = 0');
+      assert.ok(line > 0, 'the fixture defines total');
+      await renamed.edit((edit) => edit.replace(new vscode.Range(line, 4, line, 9), 'acc'));
+      renamed.selection = new vscode.Selection(line, 7, line, 7);
+      const proposal = await waitFor('a next-edit proposal', () => api.nextEdits.current, 20_000);
+      assert.equal(proposal.edits.length, 1);
+      const [edit] = proposal.edits;
+      assert.deepEqual([edit.oldText, edit.newText], ['total', 'acc']);
+      assert.equal(edit.range.start.line, lineOf('        total += value'), 'the next use after the cursor');
+      if (E2E_DIR) {
+        await waitFor('the decoration in the editor DOM (old text struck, new text and hint after)', async () => {
+          const dom = await browser<NextEditDom>('nextEditDom', 'decoration');
+          return dom.struck.join('').includes('total') && dom.after.includes('acc') && dom.after.some((a) => a.includes('Tab to apply'));
+        }, 10_000);
+      }
+    });
+
+    it('Tab applies it (the keybinding, pressed in the browser) and puts the cursor after it', async function () {
+      if (!E2E_DIR) {
+        this.skip();
+      }
+      await vscode.window.showTextDocument(renamed.document, { viewColumn: vscode.ViewColumn.One, preserveFocus: false });
+      await vscode.commands.executeCommand('workbench.action.focusActiveEditorGroup');
+      const line = lineOf('        total += value');
+      const before = renamed.document.getText();
+      await browser('press', 'Tab');
+      await waitFor('Tab to change the document', () => renamed.document.getText() !== before, 10_000);
+      assert.equal(renamed.document.lineAt(line).text, '        acc += value', 'the edit, not a tab character');
+      assert.deepEqual([renamed.selection.active.line, renamed.selection.active.character], [line, 11]);
+    });
+
+    it('the next one follows by itself; memosight.applyNextEdit applies it: every use renamed', async () => {
+      const line = lineOf('    return total');
+      await waitFor('the proposal for the last use', () => api.nextEdits.current?.edits[0]?.range.start.line === line, 20_000);
+      assert.equal(await vscode.commands.executeCommand('memosight.applyNextEdit'), true);
+      assert.equal(renamed.document.getText(), source.replace(/\btotal\b/g, 'acc'));
+    });
+
+    it('Escape (memosight.dismissNextEdit) drops a proposal and leaves the text as it is', async function () {
+      if (!E2E_DIR) {
+        this.skip();
+      }
+      const line = lineOf('    acc = 0');
+      await renamed.edit((edit) => edit.replace(new vscode.Range(line, 4, line, 7), 'sum'));
+      await waitFor('a proposal', () => api.nextEdits.current, 20_000);
+      const text = renamed.document.getText();
+      await vscode.commands.executeCommand('workbench.action.focusActiveEditorGroup');
+      await browser('press', 'Escape');
+      await waitFor('Escape to drop the proposal', () => api.nextEdits.current === undefined, 5_000);
+      assert.equal(renamed.document.getText(), text);
+    });
   });
 
   it('says "not found" for a bad memosight.pythonPath, and restarts by itself when it is fixed', async function () {
