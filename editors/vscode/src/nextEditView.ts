@@ -87,10 +87,10 @@ export class NextEditView implements vscode.Disposable {
           this.render();
         }
       }),
-      vscode.window.onDidChangeActiveTextEditor(() => this.drop()),
+      vscode.window.onDidChangeActiveTextEditor(() => this.dismiss()),
       vscode.workspace.onDidChangeConfiguration((event) => {
         if (event.affectsConfiguration(`${SECTION}.nextEdit.enabled`) && !this.enabled()) {
-          this.drop();
+          this.dismiss();
         }
       }),
     );
@@ -237,15 +237,7 @@ export class NextEditView implements vscode.Disposable {
     const document = editor.document;
     const version = document.version;
     const cursor = editor.selection.active;
-    // Ghost text already shown here has Tab: a next edit would compete with it.
-    const shown = this.inlineShown;
-    if (
-      automatic &&
-      shown?.uri === document.uri.toString() &&
-      shown.version === version &&
-      shown.line === cursor.line &&
-      shown.character === cursor.character
-    ) {
+    if (automatic && this.inlineShownAt(editor)) {
       return undefined;
     }
     const source = new vscode.CancellationTokenSource();
@@ -271,6 +263,9 @@ export class NextEditView implements vscode.Disposable {
     if (source.token.isCancellationRequested || document.version !== version || editor !== vscode.window.activeTextEditor) {
       return undefined;
     }
+    if (automatic && this.inlineShownAt(editor)) {
+      return undefined; // the server's ghost text came meanwhile
+    }
     const answer = parseNextEdit(raw);
     if (!answer) {
       this.output.warn(`Ignoring a malformed ${NEXT_EDIT_REQUEST} answer: ${JSON.stringify(raw)?.slice(0, 500)}`);
@@ -286,6 +281,19 @@ export class NextEditView implements vscode.Disposable {
       this.render();
     }
     return proposal;
+  }
+
+  /** Whether the server's ghost text is shown at the editor's cursor: it has Tab, and a next
+   * edit asked for by itself would compete with it. */
+  private inlineShownAt(editor: vscode.TextEditor): boolean {
+    const shown = this.inlineShown;
+    const cursor = editor.selection.active;
+    return (
+      shown?.uri === editor.document.uri.toString() &&
+      shown.version === editor.document.version &&
+      shown.line === cursor.line &&
+      shown.character === cursor.character
+    );
   }
 
   private shownIn(editor: vscode.TextEditor, proposal: Proposal): boolean {
@@ -357,7 +365,8 @@ export class NextEditView implements vscode.Disposable {
           ],
     );
     this.decorated = editor;
-    this.setVisible(true);
+    // Ghost text has Tab while it shows; once dismissed, Tab must not apply what is not drawn.
+    this.setVisible(!inline);
     this.changed.fire(proposal);
     // Ask the inline provider once per proposal and place: it serves the ghost text from here.
     const place = inline && `${proposal.version}:${cursor.line}:${cursor.character}`;
