@@ -119,8 +119,10 @@ def test_config_validation_and_helpers(tmp_path: Path, nvim: str) -> None:
 def test_multiline_and_ranges(tmp_path: Path, nvim: str) -> None:
     # An in-process Lua LSP server gives the multi-line and range-before-cursor answers that the
     # tiny random model does not write.
-    output = run_lua("test_inprocess.lua", tmp_path, None, nvim, timeout=60)
+    output = run_lua("test_inprocess.lua", tmp_path, None, nvim, timeout=90)
     assert "fallback: a multi-line suggestion is shown whole" in output
+    assert "ok - fallback: cycling shows each item of the last answer" in output
+    assert "ok - builtin: a buffer change drops the proposal" in output
 
 
 @pytest.mark.slow
@@ -134,6 +136,21 @@ def test_builtin_ghost_text(tmp_path: Path, tiny_model_dir: Path) -> None:
 def test_fallback_ghost_text(tmp_path: Path, tiny_model_dir: Path, nvim: str) -> None:
     output = run_lua("test_ghost_fallback.lua", tmp_path, tiny_model_dir, nvim)
     assert "ok - accept inserts exactly the suggestion" in output
+
+
+@pytest.mark.slow
+def test_builtin_next_edit_rename(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Rename a local at its definition: the real server's rename follow-up offers the next use,
+    the key applies it, dismiss and a buffer change drop proposals (next_edit_cases.lua)."""
+    output = run_lua("test_next_edit_builtin.lua", tmp_path, tiny_model_dir)
+    assert "ok - the apply key applies it, then the following use is offered" in output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nvim", ALL_NVIMS)
+def test_fallback_next_edit_rename(tmp_path: Path, tiny_model_dir: Path, nvim: str) -> None:
+    output = run_lua("test_next_edit_fallback.lua", tmp_path, tiny_model_dir, nvim)
+    assert "ok - the apply key applies it, then the following use is offered" in output
 
 
 @pytest.mark.slow

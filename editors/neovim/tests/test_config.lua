@@ -37,6 +37,13 @@ local bad = {
   { { settings = { completion = { maxNewTokens = "8" } } }, "settings.completion.maxNewTokens: expected number, got string" },
   { { settings = { enable = "yes" } }, "settings.enable: expected boolean, got string" },
   { { settings = { compression = { kvCompression = "snapkv" } } }, "settings.compression.kvCompression: expected one of off, lossless-draft, lossy-snapkv" },
+  { { next_edit = true }, "next_edit: expected table" },
+  { { next_edit = { enable = true } }, "memosight: unknown option 'next_edit.enable'" },
+  { { next_edit = { enabled = "yes" } }, "next_edit.enabled: expected boolean, got string" },
+  { { next_edit = { debounce_ms = -1 } }, "next_edit.debounce_ms: expected a number >= 0" },
+  { { next_edit = { keymaps = { apply = 1 } } }, "next_edit.keymaps.apply: expected a key (string) or false, got 1" },
+  { { next_edit = { keymaps = { accept = "<Tab>" } } }, "memosight: unknown option 'next_edit.keymaps.accept'" },
+  { { keymaps = { next_suggestion = "" } }, "keymaps.next_suggestion: expected a key (string) or false" },
 }
 for _, case in ipairs(bad) do
   T.test("setup rejects " .. vim.inspect(case[1], { newline = " ", indent = "" }), function()
@@ -48,6 +55,18 @@ for _, case in ipairs(bad) do
   end)
 end
 
+T.test("next_edit defaults: on, no key mapped; :MemoSightNextEdit and <Plug> mappings exist", function()
+  local cfg = require("memosight.config").resolve({ next_edit = { debounce_ms = 100 } })
+  T.eq({ enabled = true, debounce_ms = 100, keymaps = { apply = false, dismiss = false } }, cfg.next_edit, "merged")
+  T.eq(2, vim.fn.exists(":MemoSightNextEdit"), ":MemoSightNextEdit")
+  for _, plug in ipairs({ "<Plug>(memosight-next-edit)", "<Plug>(memosight-dismiss-next-edit)" }) do
+    T.truthy(vim.fn.maparg(plug, "n") ~= "" and vim.fn.maparg(plug, "i") ~= "", plug)
+  end
+  for _, plug in ipairs({ "<Plug>(memosight-next-suggestion)", "<Plug>(memosight-prev-suggestion)" }) do
+    T.truthy(vim.fn.maparg(plug, "i") ~= "", plug)
+  end
+end)
+
 T.test("setup accepts the compression settings", function()
   local ok, err = pcall(require("memosight.config").resolve, {
     settings = { compression = { kvCompression = "lossy-snapkv", kvRatio = 8, minPromptTokens = 512 } },
@@ -57,8 +76,10 @@ end)
 
 T.test("a good setup maps no keys and picks the built-in ghost text on 0.12", function()
   require("memosight").setup({ cmd = { "memosight-lsp-not-installed" }, settings = { completion = { maxNewTokens = 8 } } })
-  for _, map in ipairs(api.nvim_get_keymap("i")) do
-    T.eq(nil, (map.desc or ""):match("MemoSight"), "mapping " .. map.lhs)
+  for _, map in ipairs(vim.list_extend(api.nvim_get_keymap("i"), api.nvim_get_keymap("n"))) do
+    if not map.lhs:match("^<Plug>") then -- the plugin's <Plug> names are not keys
+      T.eq(nil, (map.desc or ""):match("MemoSight"), "mapping " .. map.lhs)
+    end
   end
   local path = require("memosight").ghost_path()
   T.eq(vim.lsp.inline_completion and "builtin" or "fallback", path, "ghost path")
@@ -88,7 +109,7 @@ T.test("unknown subcommand lists the valid ones", function()
   local seen = notified(function()
     vim.cmd("MemoSight frobnicate")
   end)
-  T.eq("memosight: unknown subcommand 'frobnicate'; use one of: context, restart, stats, toggle", seen[1] and seen[1].msg, "message")
+  T.eq("memosight: unknown subcommand 'frobnicate'; use one of: context, dismissNextEdit, nextEdit, nextSuggestion, prevSuggestion, restart, stats, toggle", seen[1] and seen[1].msg, "message")
 end)
 
 T.test("status notifications drive status() and the statusline", function()
@@ -142,6 +163,15 @@ T.test("docs/neovim.md documents every option", function()
   end
   for key in pairs(config.defaults.keymaps) do
     T.truthy(doc:find("`" .. key .. "`", 1, true), "keymaps." .. key .. " in the docs")
+  end
+  for key in pairs(config.defaults.next_edit) do
+    T.truthy(doc:find("`next_edit." .. key .. "`", 1, true), "next_edit." .. key .. " in the docs")
+  end
+  for key in pairs(config.defaults.next_edit.keymaps) do
+    T.truthy(doc:find("`next_edit.keymaps." .. key .. "`", 1, true), "next_edit.keymaps." .. key .. " in the docs")
+  end
+  for _, name in ipairs({ "MemoSightNextEdit", "MemoSightNextEditDelete", "MemoSightNextEditHint" }) do
+    T.truthy(doc:find("`" .. name .. "`", 1, true), name .. " in the docs")
   end
   for name in pairs(require("memosight.commands").subcommands) do
     T.truthy(doc:find("`:MemoSight " .. name .. "`", 1, true), ":MemoSight " .. name .. " in the docs")

@@ -23,6 +23,7 @@ T.test("checkhealth reports server, Python, model and the running server", funct
     "memosight_lsp ",
     "loads (",
     "inline completion advertised",
+    "next edits: on",
     "status: ready",
   }) do
     T.truthy(text:find(want, 1, true), "report mentions " .. want)

@@ -96,6 +96,20 @@ M.subcommands = {
   context = function()
     M.context()
   end,
+  nextEdit = function()
+    if not require("memosight").apply_next_edit() then
+      vim.notify("memosight: no next edit to apply", vim.log.levels.INFO)
+    end
+  end,
+  dismissNextEdit = function()
+    require("memosight").dismiss_next_edit()
+  end,
+  nextSuggestion = function()
+    require("memosight").cycle(1)
+  end,
+  prevSuggestion = function()
+    require("memosight").cycle(-1)
+  end,
 }
 
 --- Runs `:MemoSight {name}`.

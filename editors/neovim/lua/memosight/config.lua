@@ -11,6 +11,17 @@
 ---@field accept_word string|false Accept the next word of the suggestion.
 ---@field accept_line string|false Accept the rest of the suggestion's current line.
 ---@field dismiss string|false Hide the suggestion until the next edit.
+---@field next_suggestion string|false Show the next item of the last answer (no new request).
+---@field prev_suggestion string|false Show the previous item of the last answer.
+
+---@class memosight.NextEditKeymaps
+---@field apply string|false Jump to the proposed next edit and apply it (normal and insert mode).
+---@field dismiss string|false Hide the proposed next edit until the next change.
+
+---@class memosight.NextEditConfig
+---@field enabled boolean Ask for and show next-edit proposals (memosight/nextEdit).
+---@field debounce_ms integer Pause after an edit (or after leaving insert mode) before asking.
+---@field keymaps memosight.NextEditKeymaps Keys; false leaves the key alone.
 
 ---@class memosight.Config
 ---@field cmd string[]|fun(dispatchers: table): table Command that starts the server over stdio,
@@ -21,6 +32,7 @@
 ---@field ghost_text memosight.GhostTextPath Who draws the ghost text.
 ---@field debounce_ms integer Wait after typing before asking (own ghost text only).
 ---@field keymaps memosight.Keymaps Insert-mode keys; false leaves the key alone.
+---@field next_edit memosight.NextEditConfig Next-edit proposals.
 
 ---@class memosight.UserConfig
 ---@field cmd? string[]|fun(dispatchers: table): table
@@ -30,6 +42,7 @@
 ---@field ghost_text? memosight.GhostTextPath
 ---@field debounce_ms? integer
 ---@field keymaps? table<string, string|false>
+---@field next_edit? {enabled?: boolean, debounce_ms?: integer, keymaps?: table<string, string|false>}
 
 local M = {}
 
@@ -45,7 +58,14 @@ M.defaults = {
   ghost_text = "auto",
   debounce_ms = 150,
   -- All off: accepting with <Tab> or similar would clash with completion menus and snippets.
-  keymaps = { accept = false, accept_word = false, accept_line = false, dismiss = false },
+  keymaps = {
+    accept = false, accept_word = false, accept_line = false, dismiss = false,
+    next_suggestion = false, prev_suggestion = false,
+  },
+  -- On, with no key mapped (as above): :MemoSightNextEdit applies, and the accept key applies
+  -- when no completion ghost is shown. The pause is longer than the completions' because an
+  -- answer rewrites a window of lines, and a proposal mid-word would only distract.
+  next_edit = { enabled = true, debounce_ms = 400, keymaps = { apply = false, dismiss = false } },
 }
 
 --- Schema of the server settings tree: a type name, or a list of allowed strings. A hand copy
@@ -76,6 +96,7 @@ M.settings_schema = {
     precomputeNext = "boolean",
     firstResponseMs = "number",
     maxWaitMs = "number",
+    alternatives = "number",
   },
   context = {
     budgetTokens = "number",
@@ -163,6 +184,22 @@ local function check_settings(given, schema, path)
   end
 end
 
+--- Checks a table of keys against the known actions: each a key (string) or false.
+---@param given any
+---@param known table<string, string|false>
+---@param path string
+local function check_keymaps(given, known, path)
+  check(path, given, "table", true)
+  for name, lhs in pairs(given or {}) do
+    if known[name] == nil then
+      error(("unknown option '%s.%s'"):format(path, tostring(name)), 0)
+    end
+    check(path .. "." .. name, lhs, function(v)
+      return v == false or (type(v) == "string" and v ~= "")
+    end, false, "a key (string) or false")
+  end
+end
+
 --- Checks user options; raises an error whose message names the bad option.
 ---@param opts memosight.UserConfig
 local function validate(opts)
@@ -183,15 +220,19 @@ local function validate(opts)
   check("debounce_ms", opts.debounce_ms, function(v)
     return type(v) == "number" and v >= 0
   end, true, "a number >= 0")
-  check("keymaps", opts.keymaps, "table", true)
-  for name, lhs in pairs(opts.keymaps or {}) do
-    if M.defaults.keymaps[name] == nil then
-      error(("unknown option 'keymaps.%s'"):format(tostring(name)), 0)
+  check_keymaps(opts.keymaps, M.defaults.keymaps, "keymaps")
+  check("next_edit", opts.next_edit, "table", true)
+  local next_edit = opts.next_edit or {}
+  for key in pairs(next_edit) do
+    if M.defaults.next_edit[key] == nil then
+      error(("unknown option 'next_edit.%s'"):format(tostring(key)), 0)
     end
-    check("keymaps." .. name, lhs, function(v)
-      return v == false or (type(v) == "string" and v ~= "")
-    end, false, "a key (string) or false")
   end
+  check("next_edit.enabled", next_edit.enabled, "boolean", true)
+  check("next_edit.debounce_ms", next_edit.debounce_ms, function(v)
+    return type(v) == "number" and v >= 0
+  end, true, "a number >= 0")
+  check_keymaps(next_edit.keymaps, M.defaults.next_edit.keymaps, "next_edit.keymaps")
   check_settings(opts.settings or {}, M.settings_schema, "settings")
 end
 

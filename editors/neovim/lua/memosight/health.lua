@@ -75,6 +75,29 @@ local function check_neovim()
   end
 end
 
+--- Whether next edits are on, and which keys apply and dismiss them.
+---@param cfg memosight.Config
+local function report_next_edit(cfg)
+  local ne = cfg.next_edit
+  if not ne.enabled then
+    health.info("next edits: off (next_edit.enabled = false)")
+    return
+  end
+  local apply = { ":MemoSightNextEdit" }
+  if ne.keymaps.apply then
+    table.insert(apply, 1, ne.keymaps.apply)
+  end
+  if cfg.keymaps.accept then
+    apply[#apply + 1] = cfg.keymaps.accept .. " (insert mode, no ghost shown)"
+  end
+  local dismiss = { ":MemoSight dismissNextEdit" }
+  if ne.keymaps.dismiss then
+    table.insert(dismiss, 1, ne.keymaps.dismiss)
+  end
+  health.ok(("next edits: on, asked %d ms after an edit; applied with %s; dismissed with %s"):format(
+    ne.debounce_ms, table.concat(apply, ", "), table.concat(dismiss, ", ")))
+end
+
 ---@return memosight.Config?
 local function check_setup()
   health.start("Configuration")
@@ -96,6 +119,7 @@ local function check_setup()
   else
     health.ok("keymaps: " .. table.concat(keys, ", "))
   end
+  report_next_edit(cfg)
   local model_path = vim.tbl_get(cfg.settings, "model", "path")
   local expanded = type(model_path) == "string" and vim.fn.expand(model_path) or nil
   -- "auto" (the default) is found by the server; a path is a folder or a .gguf file.

@@ -35,18 +35,48 @@ local function choose_ghost(wanted)
   return fallback, "plugin extmarks: " .. why
 end
 
+--- Starts ghost text and next edits for a buffer (next edits only when `next_edit.enabled`).
+---@param bufnr integer
+local function start_buffer(bufnr)
+  state.ghost.attach(bufnr)
+  if state.config.next_edit.enabled then
+    require("memosight.next_edit").attach(bufnr)
+  end
+end
+
+---@param bufnr integer
+local function stop_buffer(bufnr)
+  state.ghost.detach(bufnr)
+  require("memosight.next_edit").detach(bufnr)
+end
+
 ---@param bufnr integer
 local function attach(bufnr)
   state.attached[bufnr] = true
   if state.enabled then
-    state.ghost.attach(bufnr)
+    start_buffer(bufnr)
   end
 end
 
 ---@param bufnr integer
 local function detach(bufnr)
   state.attached[bufnr] = nil
-  state.ghost.detach(bufnr)
+  stop_buffer(bufnr)
+end
+
+--- The key that applies a next edit, for its hint: the next-edit key, else (in insert mode)
+--- the accept key, which applies it when no completion ghost is shown, else the command.
+---@param cfg memosight.Config
+---@param insert boolean
+---@return string
+local function next_edit_key(cfg, insert)
+  if cfg.next_edit.keymaps.apply then
+    return cfg.next_edit.keymaps.apply
+  end
+  if insert and cfg.keymaps.accept then
+    return cfg.keymaps.accept
+  end
+  return ":MemoSightNextEdit"
 end
 
 --- Configures the plugin and starts the server for matching buffers. Raises an error naming the
@@ -56,7 +86,7 @@ function M.setup(opts)
   local cfg = require("memosight.config").resolve(opts)
   if state.ghost then
     for bufnr in pairs(state.attached) do
-      state.ghost.detach(bufnr)
+      stop_buffer(bufnr)
     end
     state.attached = {}
   end
@@ -74,8 +104,21 @@ function M.setup(opts)
       state.ghost.refresh(bufnr)
     end
   end
+  local next_edit = require("memosight.next_edit")
+  next_edit.debounce_ms = cfg.next_edit.debounce_ms
+  next_edit.get_client = fallback.get_client
+  next_edit.ghost_shown = function(bufnr)
+    return M.ghost_text(bufnr) ~= nil
+  end
+  next_edit.key_hint = function(insert)
+    return next_edit_key(cfg, insert)
+  end
   vim.api.nvim_set_hl(0, fallback.hl_group, { link = "Comment", default = true })
-  require("memosight.keymaps").apply(cfg.keymaps)
+  vim.api.nvim_set_hl(0, next_edit.hl.text, { link = fallback.hl_group, default = true })
+  vim.api.nvim_set_hl(0, next_edit.hl.hint, { link = "Comment", default = true })
+  -- A link cannot add strikethrough: the old text keeps its colours, struck through.
+  vim.api.nvim_set_hl(0, next_edit.hl.delete, { strikethrough = true, default = true })
+  require("memosight.keymaps").apply(cfg.keymaps, cfg.next_edit.keymaps)
   require("memosight.client").start(cfg, attach, detach)
 end
 
@@ -148,6 +191,37 @@ function M.dismiss(bufnr)
   return state.ghost ~= nil and state.ghost.dismiss(buf(bufnr))
 end
 
+--- Shows the next item of the last completion answer (-1: the previous one), with no new
+--- request; false when there is nothing to cycle.
+---@param step? integer
+---@param bufnr? integer
+---@return boolean
+function M.cycle(step, bufnr)
+  return state.ghost ~= nil and state.ghost.cycle(buf(bufnr), step or 1)
+end
+
+--- The proposed next edit shown in a buffer (a copy), or nil when none stands.
+---@param bufnr? integer
+---@return memosight.NextEditProposal?
+function M.next_edit(bufnr)
+  local p = require("memosight.next_edit").current(buf(bufnr))
+  return p and vim.deepcopy(p)
+end
+
+--- Jumps to the proposed next edit and applies it; false when there is none.
+---@param bufnr? integer
+---@return boolean
+function M.apply_next_edit(bufnr)
+  return require("memosight.next_edit").apply(buf(bufnr))
+end
+
+--- Hides the proposed next edit until the next change; false when there is none.
+---@param bufnr? integer
+---@return boolean
+function M.dismiss_next_edit(bufnr)
+  return require("memosight.next_edit").dismiss(buf(bufnr))
+end
+
 ---@return memosight.Config
 local function require_setup()
   if not state.config then
@@ -167,9 +241,9 @@ function M.toggle(enable)
   cfg.settings.enable = enable
   for bufnr in pairs(state.attached) do
     if enable then
-      state.ghost.attach(bufnr)
+      start_buffer(bufnr)
     else
-      state.ghost.detach(bufnr)
+      stop_buffer(bufnr)
     end
   end
   require("memosight.client").update_settings(cfg)

@@ -103,6 +103,19 @@ function M.accept_line(bufnr)
   return accept_part(bufnr, suggestion.next_line)
 end
 
+--- Shows the item `step` places on from the shown one (the built-in keeps the last answer's
+--- items and wraps; it marks the item shown with "(i/n)", so one item shows "(1/1)" unchanged).
+---@param bufnr integer
+---@param step integer 1: next, -1: previous
+---@return boolean cycled false when no suggestion is shown
+function M.cycle(bufnr, step)
+  if not M.text(bufnr) then
+    return false
+  end
+  ic.select({ bufnr = bufnr, count = step })
+  return true
+end
+
 --- Hides the suggestion until the next edit or cursor move. The built-in has no public dismiss,
 --- so re-enabling it for the buffer drops its current item and pending requests.
 ---@param bufnr integer

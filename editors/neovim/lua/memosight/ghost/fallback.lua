@@ -24,7 +24,9 @@ M.debounce_ms = 150
 ---@field augroup integer
 ---@field timer? uv.uv_timer_t
 ---@field request? {client: vim.lsp.Client, id: integer}
----@field current? memosight.Suggestion
+---@field current? memosight.Suggestion the one shown
+---@field items? memosight.Suggestion[] every usable item of the last answer, in its order
+---@field index? integer which of `items` is shown
 
 ---@type table<integer, memosight.FallbackState>
 local buffers = {}
@@ -55,7 +57,7 @@ local function clear(bufnr)
     pcall(client_call, st.request.client, "cancel_request", st.request.id)
     st.request = nil
   end
-  st.current = nil
+  st.current, st.items, st.index = nil, nil, nil
   if api.nvim_buf_is_valid(bufnr) then
     api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
   end
@@ -141,8 +143,17 @@ local function request(bufnr)
       if api.nvim_buf_get_changedtick(bufnr) ~= tick or not api.nvim_get_mode().mode:match("^i") then
         return
       end
-      local items = result.items or result
-      local s = items[1] and to_suggestion(bufnr, client, items[1], cursor)
+      -- Every usable item is kept for cycling, in the server's order (its first is its best).
+      local items = type(result) == "table" and (result.items or result) or {}
+      st.items = {}
+      for _, item in ipairs(type(items) == "table" and items or {}) do
+        local s = type(item) == "table" and to_suggestion(bufnr, client, item, cursor)
+        if s then
+          st.items[#st.items + 1] = s
+        end
+      end
+      st.index = 1
+      local s = st.items[1]
       st.current = s
       if s then
         draw(s)
@@ -157,7 +168,26 @@ local function request(bufnr)
   end
 end
 
---- After an edit: keep showing what is left when the user typed the suggestion's own text.
+--- A suggestion advanced past `typed` (its own text, typed up to `col`), or nil when the typed
+--- text is not its beginning or is all of it.
+---@param s memosight.Suggestion
+---@param typed string
+---@param col integer
+---@return memosight.Suggestion?
+local function advanced(s, typed, col)
+  if s.text:sub(1, #typed) ~= typed or #typed >= #s.text then
+    return nil
+  end
+  local shift = #typed
+  return vim.tbl_extend("force", s, {
+    col = col,
+    text = s.text:sub(shift + 1),
+    end_col = s.end_row == s.row and math.max(s.end_col + shift, col) or s.end_col,
+  })
+end
+
+--- After an edit: keep showing what is left when the user typed the suggestion's own text. The
+--- other items stay for cycling only where they begin with the typed text too.
 ---@param bufnr integer
 ---@return boolean kept
 local function type_through(bufnr)
@@ -168,16 +198,22 @@ local function type_through(bufnr)
     return false
   end
   local typed = api.nvim_buf_get_text(bufnr, s.row, s.col, s.row, cursor[2], {})[1]
-  if s.text:sub(1, #typed) ~= typed or #typed >= #s.text then
+  local current = advanced(s, typed, cursor[2])
+  if not current then
     return false
   end
-  local shift = #typed
-  st.current = vim.tbl_extend("force", s, {
-    col = cursor[2],
-    text = s.text:sub(shift + 1),
-    end_col = s.end_row == s.row and math.max(s.end_col + shift, cursor[2]) or s.end_col,
-  })
-  draw(st.current)
+  local items = {}
+  for _, other in ipairs(st.items or { s }) do
+    local kept = other == s and current or advanced(other, typed, cursor[2])
+    if kept then
+      items[#items + 1] = kept
+      if other == s then
+        st.index = #items
+      end
+    end
+  end
+  st.items, st.current = items, current
+  draw(current)
   return true
 end
 
@@ -283,6 +319,23 @@ end
 function M.text(bufnr)
   local st = buffers[bufnr]
   return st and st.current and st.current.text or nil
+end
+
+--- Shows the item `step` places on from the shown one (wrapping), from the last answer; false
+--- when there is nothing to cycle (no suggestion, or one item).
+---@param bufnr integer
+---@param step integer 1: next, -1: previous
+---@return boolean cycled
+function M.cycle(bufnr, step)
+  local st = buffers[bufnr]
+  local items = st and st.current and st.items
+  if not items or #items < 2 then
+    return false
+  end
+  st.index = ((st.index or 1) - 1 + step) % #items + 1
+  st.current = items[st.index]
+  draw(st.current)
+  return true
 end
 
 ---@param bufnr integer

@@ -1,0 +1,3 @@
+local T = require("harness")
+require("next_edit_cases")("fallback")
+T.run(120000)
