@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from . import llama_family
 from .quantize import (
     QuantizedEmbedding,
     QuantizedLinear,
@@ -96,7 +97,13 @@ def load(path: Path, config: Any, dtype: torch.dtype) -> tuple[Any, int] | None:
         return None
     config.tie_word_embeddings = False  # the stored head is its own (quantized) weight
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+        if llama_family.unsupported_reason(config) is None:
+            # No transformers modeling import on the start-up path (engine/llama_family.py).
+            model = llama_family.build(config, dtype)
+        else:
+            model = AutoModelForCausalLM.from_config(
+                config, dtype=dtype, attn_implementation="sdpa"
+            )
     try:
         for parent, attribute, linear in list(quantizable_linears(model)):
             name = _name_of(model, linear)
