@@ -92,12 +92,15 @@ class RotaryEmbedding(nn.Module):
     """cos / sin tables of the positions asked for, as transformers' static rotary embeddings
     compute them (float32, then the activations' dtype)."""
 
+    inv_freq: torch.Tensor  # [D/2], a buffer that is not saved (made again on load)
+
     def __init__(self, config: Any) -> None:
         # The tables are made on the CPU even under the meta device (they are tiny, and meta
         # arithmetic would import torch's compiler): `to()` moves them with the model.
         super().__init__()
         rope = _rope(config)
         rope_type = rope.get("rope_type", "default")
+        self.attention_scaling: float
         if rope_type == "default":
             dim = _head_dim(config)
             base = rope["rope_theta"]
@@ -169,7 +172,9 @@ class Trunk(nn.Module):
         # Given its table, Embedding skips its random init: on the meta device that init imports
         # torch's compiler, the very import this tree is here to avoid.
         table = torch.empty(config.vocab_size, config.hidden_size)
-        self.embed_tokens = nn.Embedding(*table.shape, self.padding_idx, _weight=table)
+        self.embed_tokens: nn.Module = nn.Embedding(
+            config.vocab_size, config.hidden_size, padding_idx=self.padding_idx, _weight=table
+        )
         self.layers = nn.ModuleList(
             DecoderLayer(config, index) for index in range(config.num_hidden_layers)
         )
@@ -188,7 +193,7 @@ class LlamaFamilyForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = Trunk(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head: nn.Module = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         object.__setattr__(self.model, "_owner", self)  # a back reference, not a child module
 
     @property
