@@ -40,8 +40,8 @@ class Buffer:
             self.replace(at + i, at + i, char)
 
     def follow_up(self, cursor: int, language_id: str, path: str | None = None) -> FollowUp | None:
-        last = self.history.recent("u")[-1]
-        return follow_up(self.text, cursor, last, path=path, language_id=language_id)
+        edits = self.history.recent("u")
+        return follow_up(self.text, cursor, edits, path=path, language_id=language_id)
 
     def apply(self, found: FollowUp) -> int:
         """Apply the proposed edit; the cursor after it."""
@@ -118,6 +118,28 @@ def test_a_word_typed_on_at_the_end_of_a_name_renames_it():
     assert proposed(buffer, found) == ("value", "value_new", 1)
 
 
+def test_a_name_erased_key_by_key_is_one_rename():
+    buffer = Buffer(PY)
+    at = buffer.text.index("total = 0") + len("total")
+    for i in range(1, 3):  # backspace twice: `total` -> `tot`, two edits to EditHistory
+        buffer.replace(at - i, at - i + 1, "")
+    assert len(buffer.history.recent("u")) == 2
+    found = buffer.follow_up(at - 2, "python")
+    assert proposed(buffer, found) == ("total", "tot", 3)
+    cursor = buffer.apply(found)
+    buffer.replace(cursor - 1, cursor, "")  # then `tot` -> `to` at that use: the line's run of
+    found = buffer.follow_up(cursor - 1, "python")  # edits made `total` into `to`
+    assert found is not None and (found.rename.old, found.rename.new) == ("total", "to")
+
+
+def test_an_edit_after_a_rename_on_its_line_is_not_a_rename():
+    buffer = Buffer(PY)
+    cursor = rename_at(buffer, "total = 0", "total", "sum_all")
+    at = buffer.text.index("sum_all = 0") + len("sum_all = ")
+    buffer.replace(at, at + 1, "1")  # `= 0` -> `= 1`: the last edits span two words
+    assert buffer.follow_up(cursor, "python") is None
+
+
 def test_an_edit_that_renames_no_identifier_is_left_to_the_model():
     buffer = Buffer(PY)
     at = buffer.text.index("total = 0") + len("total = ")
@@ -166,9 +188,9 @@ def test_in_typescript_a_dollar_is_part_of_the_name():
     buffer = Buffer(TS)
     at = buffer.text.index("$sum = 0") + 1
     buffer.replace(at, at + 3, "acc")  # `sum` after the `$` retyped: `$sum` -> `$acc`
-    rename = renamed(buffer.text, buffer.history.recent("u")[-1], "typescript")
+    rename = renamed(buffer.text, buffer.history.recent("u"), "typescript")
     assert rename is not None and (rename.old, rename.new) == ("$sum", "$acc")
-    rename = renamed(buffer.text, buffer.history.recent("u")[-1], "python")
+    rename = renamed(buffer.text, buffer.history.recent("u"), "python")
     assert rename is not None and (rename.old, rename.new) == ("sum", "acc")
 
 

@@ -212,7 +212,7 @@ def rename_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
     found = follow_up(
         request.text,
         cursor,
-        request.edits[-1],
+        request.edits,
         path=request.path,
         language_id=request.language_id,
     )

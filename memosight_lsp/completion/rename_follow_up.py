@@ -4,7 +4,8 @@ renamed the same way. A next edit that needs no model, answered at once.
 A rename: the buffer's last edit, its old and new text widened to the whole word around them in
 their line, is one identifier on each side (Unicode word characters not starting with a digit,
 and `$` in JavaScript and TypeScript), the two different. Typing a new name over several
-keystrokes is one edit already (EditHistory merges them).
+keystrokes is one edit already (EditHistory merges them); erasing one key by key is several,
+so the last edits on one line are read together (`renamed`).
 
 The places still using the old name: its whole-word, same-case occurrences in the rename's scope,
 minus those that are not the same name:
@@ -30,13 +31,14 @@ just edited (that place holds the new name).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import tree_sitter as ts
 
 from memosight_lsp.workspace.languages import LanguageSpec, language_for, parser
 
-from .edit_history import Edit
+from .edit_history import Edit, common_prefix, common_suffix
 
 MAX_PARSE_BYTES = 1_000_000  # beyond this the lexical check decides (a parse would be slow)
 DOLLAR_LANGUAGES = frozenset(
@@ -104,25 +106,56 @@ def identifier_pattern(language_id: str | None) -> tuple[str, str]:
     return word, f"{first}{word}*"
 
 
-def renamed(text: str, edit: Edit, language_id: str | None = None) -> Rename | None:
-    """The rename the last edit made, or None when it did not rename one identifier into another.
-    `text` is the document now: the edit's new text at edit.start (else None: out of date)."""
-    end = edit.start + len(edit.new)
-    if text[edit.start : end] != edit.new:
+def renamed(text: str, edits: Sequence[Edit], language_id: str | None = None) -> Rename | None:
+    """The rename the buffer's last edits made in the last edit's line, or None when they renamed
+    no identifier into another. Tried from the longest run of edits on that line (each starting
+    from the line the one before left: a name erased key by key is several edits to EditHistory,
+    erasing goes back past where an edit began) down to the last edit alone. `text` is the
+    document now (else None: the edits are out of date)."""
+    if not edits:
         return None
+    last = edits[-1]
+    now = last.after
+    line_start = text.rfind("\n", 0, last.start) + 1
+    line_end = line_start + len(now)
+    if "\n" in now or "\n" in last.before or text[line_start:line_end] != now:
+        return None
+    if text[line_end : line_end + 1] not in ("", "\n", "\r"):
+        return None  # the line was cut (MAX_EDIT_CHARS)
+    befores = [last.before]
+    for earlier, later in zip(reversed(edits[:-1]), reversed(edits[1:]), strict=True):
+        if earlier.line != later.line or earlier.after != later.before or "\n" in earlier.before:
+            break
+        befores.append(earlier.before)
+    for before in reversed(befores):  # the longest run first
+        found = renamed_in_line(before, now, language_id)
+        if found is not None:
+            left, old, new = found
+            start = line_start + left
+            member = is_member(text, start)
+            return Rename(old=old, new=new, start=start, end=start + len(new), member=member)
+    return None
+
+
+def renamed_in_line(
+    before: str, after: str, language_id: str | None
+) -> tuple[int, str, str] | None:
+    """(column, old name, new name) when the line's one changed span, widened to the whole word,
+    is one identifier before and another after."""
     word, identifier = identifier_pattern(language_id)
     is_word = re.compile(word).fullmatch
-    left = edit.start
-    while left > 0 and is_word(text[left - 1]):
+    prefix = common_prefix(before, after)
+    suffix = common_suffix(before, after, min(len(before), len(after)) - prefix)
+    left = prefix
+    while left > 0 and is_word(after[left - 1]):
         left -= 1
-    right = end
-    while right < len(text) and is_word(text[right]):
-        right += 1
-    new = text[left:right]
-    old = text[left : edit.start] + edit.old + text[end:right]
+    right_old, right_new = len(before) - suffix, len(after) - suffix
+    while right_new < len(after) and is_word(after[right_new]):
+        right_old, right_new = right_old + 1, right_new + 1
+    old, new = before[left:right_old], after[left:right_new]
     if old == new or not re.fullmatch(identifier, old) or not re.fullmatch(identifier, new):
         return None
-    return Rename(old=old, new=new, start=left, end=right, member=is_member(text, left))
+    return left, old, new
 
 
 def is_member(text: str, at: int) -> bool:
@@ -132,14 +165,14 @@ def is_member(text: str, at: int) -> bool:
 def follow_up(
     text: str,
     cursor: int,
-    edit: Edit,
+    edits: Sequence[Edit],
     *,
     path: str | None = None,
     language_id: str | None = None,
 ) -> FollowUp | None:
     """The places to rename next after a rename (see the module doc); None: the last edit was no
     rename (the model decides)."""
-    rename = renamed(text, edit, language_id)
+    rename = renamed(text, edits, language_id)
     if rename is None:
         return None
     word, _ = identifier_pattern(language_id)
