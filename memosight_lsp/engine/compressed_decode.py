@@ -6,13 +6,16 @@
 - `CompressedDraftDecoder` ("lossless-draft"): the compressed cache only drafts. The model drafts
   k tokens greedily on the compressed cache, then one pass over the full cache verifies them;
   the longest agreeing prefix plus the full model's own next token are committed. Every
-  committed token is the full-cache argmax, so the output equals greedy_generate.
+  committed token is the full-cache argmax, and the full cache is prefilled (chunked and
+  cancellable, Run.prefill) and verified on greedy_generate's own trunk, so the output equals
+  greedy_generate's in every precision.
 
 Both honour StopRules and allowed_tokens token by token exactly like greedy_generate.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +33,8 @@ from .decoder import (
     take_next,
 )
 from .drafters import DraftTree
+from .fused_trunk import prepare_trunk
+from .greedy import forward
 from .kv_cache import new_cache
 from .kv_compress import (
     CompressedKV,
@@ -173,16 +178,27 @@ class CompressedDraftDecoder(Decoder):
 
     def generate(self, run: Run) -> None:
         model, prompt_ids, rules, result = run.model, run.prompt_ids, run.rules, run.result
+        # The full cache is prefilled and verified on the trunk plain greedy decoding runs
+        # (greedy.py), in the same chunks; only the drafts run the model's own forward, on
+        # the compressed copy (they need its per-layer lengths and explicit positions).
+        trunk = prepare_trunk(model)
+        device = next(model.parameters()).device
         full, reused = run.take_cache()
         unsupported = unsupported_reason(model)
+        capture = QueryCapture(model, self.config.window) if unsupported is None else None
+
+        def step(ids: Sequence[int]) -> torch.Tensor:
+            prompt = torch.tensor([list(ids)], device=device)  # [1, S]
+            return forward(trunk, prompt, full, last_only=True, prefill=True)[-1]  # [V]
+
+        with capture if capture is not None else contextlib.nullcontext():
+            prefilled = run.prefill(step, full, reused)
+        if prefilled is None:  # cancelled while prefilling (the prefix is kept)
+            return
+        logits = prefilled
         draft: CompressedKV | None = None
-        if unsupported is None:
-            logits, full, draft = prefill_and_compress(
-                model, prompt_ids, self.config, cache=full, reused=reused
-            )
-        else:
-            logits = feed(model, prompt_ids[reused:], full, reused, last_only=True)[-1]
-        run.prefilled()
+        if capture is not None:
+            draft = compress(model, full, capture, len(prompt_ids), self.config)
         committed = list(prompt_ids)  # ids whose keys/values are in the full cache
         draft_fed = len(prompt_ids)  # committed ids the draft cache holds
         drafted = accepted = 0
@@ -195,7 +211,8 @@ class CompressedDraftDecoder(Decoder):
                     model, draft, committed, draft_fed, result.tokens, room, run.allowed_tokens
                 )
             # Verify [token, proposal...] on the full cache: row j predicts the token after j.
-            rows = feed(model, [token, *proposal], full, len(committed) - 1)  # [1+k, V]
+            pass_ids = torch.tensor([[token, *proposal]], device=device)  # [1, 1+k]
+            rows = forward(trunk, pass_ids, full)  # [1+k, V]
             result.forward_passes += 1
             drafted += len(proposal)
             path, ended = run.accept(DraftTree.chain_of(proposal), RowScores(rows))

@@ -200,6 +200,10 @@ def _fuse(linears: list[Any]) -> Product | QuantizedProduct:
     return Product(weight, bias)
 
 
+# (layer index, the pass's queries [S, heads * D] before q_norm and rotary) -> None
+QueryHook = Callable[[int, torch.Tensor], None]
+
+
 def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
     """The Llama-family RMSNorm module's math as one fused operator (same values in fp32, a third
     of the time for a few rows: the module makes five small ops)."""
@@ -224,6 +228,7 @@ class _FusedLayer:
         self.o = _fuse([attn.o_proj])
         self.down = _fuse([mlp.down_proj])
         self.act = mlp.act_fn
+        self.query_hook: QueryHook | None = None  # FusedTrunk.capture_queries
 
     def __call__(
         self,
@@ -239,6 +244,8 @@ class _FusedLayer:
         seq = x.shape[1]
         heads, kv_heads = self.n_heads, self.n_kv_heads
         qkv = self.qkv(_rms_norm(x, self.input_norm), kernel)  # [1, S, q + 2 kv]
+        if self.query_hook is not None:
+            self.query_hook(self.index, qkv[0, :, : heads * self.head_dim])  # [S, q]
         # [1, heads + 2 kv_heads, S, D]: queries, keys and values head by head.
         qkv = qkv.view(1, seq, heads + 2 * kv_heads, self.head_dim).transpose(1, 2)
         qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]
@@ -368,6 +375,13 @@ class FusedTrunk(HFTrunk):
     ) -> torch.Tensor:
         kernel = self._kernel(input_ids.shape[-1])
         return self._forward(input_ids, cache, positions, mask, kernel, exact=not prefill)
+
+    def capture_queries(self, hook: QueryHook | None) -> None:
+        """Hand every layer's queries of each pass to `hook` (None: stop). The queries come
+        from the fused q/k/v product, so the q_proj modules' forward hooks never see them:
+        SnapKV's query capture (kv_compress.QueryCapture) comes here instead."""
+        for layer in self.layers:
+            layer.query_hook = hook
 
     def skip_timing(self) -> None:
         """Few-row products run F.linear, untimed, and no copies are kept: for one-shot use

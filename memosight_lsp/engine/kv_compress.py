@@ -12,8 +12,9 @@ rotary positions they were computed at, so new tokens must be fed at their true 
 (`CompressedKV.next_position`), not at the cache length.
 
 The window queries are not returned by the attention kernels (sdpa never materialises weights),
-so they are captured from each layer's q_proj during the normal prefill (a forward hook) and
-rotated here with the model's own rotary embedding. That is exact for Llama-shaped attention
+so they are captured during the normal prefill (QueryCapture: from the fused trunk's q/k/v
+product, or a forward hook on each q_proj when the model's own forward runs) and rotated here
+with the model's own rotary embedding. That is exact for Llama-shaped attention
 (Llama, Qwen2, Mistral); other architectures report "not supported" and run uncompressed.
 """
 
@@ -26,6 +27,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
+
+from .fused_trunk import TRUNK_ATTRIBUTE, FusedTrunk
 
 # Architectures whose attention is q_proj -> rotary -> softmax(q k^T * scaling), no q_norm.
 SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
@@ -111,34 +114,45 @@ class QueryCapture:
         self.window = window
         self.rows: dict[int, torch.Tensor] = {}  # layer -> [w, Hq*D] (pre-rotary)
         self._handles: list[Any] = []
+        self._trunk: FusedTrunk | None = None
 
     def __enter__(self) -> QueryCapture:
+        # Both ways a pass may run: the model's own forward calls each q_proj module; the
+        # fused trunk (the decoders' path) makes the queries in one product and reports them.
         for index, layer in enumerate(self.model.model.layers):
             self._handles.append(layer.self_attn.q_proj.register_forward_hook(self._hook(index)))
+        trunk = getattr(self.model, TRUNK_ATTRIBUTE, None)
+        self._trunk = trunk if isinstance(trunk, FusedTrunk) else None
+        if self._trunk is not None:
+            self._trunk.capture_queries(self._keep)
         return self
 
     def __exit__(self, *exc: object) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        if self._trunk is not None:
+            self._trunk.capture_queries(None)
+            self._trunk = None
 
     def _hook(self, index: int):
         def hook(_module, _inputs, output: torch.Tensor) -> None:
-            rows = output[0, -self.window :].detach()  # [w', Hq*D]
-            previous = self.rows.get(index)
-            # A prompt fed in several passes: keep the last `window` rows over all of them.
-            if previous is not None and rows.shape[0] < self.window:
-                rows = torch.cat([previous, rows])[-self.window :]
-            self.rows[index] = rows
+            self._keep(index, output[0])  # [S, Hq*D]
 
         return hook
+
+    def _keep(self, index: int, queries: torch.Tensor) -> None:
+        rows = queries[-self.window :].detach()  # [w', Hq*D]
+        previous = self.rows.get(index)
+        # A prompt fed in several passes: keep the last `window` rows over all of them.
+        if previous is not None and rows.shape[0] < self.window:
+            rows = torch.cat([previous, rows])[-self.window :]
+        self.rows[index] = rows
 
 
 @torch.inference_mode()
 def window_queries(model: Any, capture: QueryCapture, end_position: int) -> list[torch.Tensor]:
     """Rotated queries [Hq, w, D] per layer, for the captured rows ending at `end_position`."""
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
     out: list[torch.Tensor] = []
     for index, layer in enumerate(model.model.layers):
         rows = capture.rows[index]  # [w, Hq*D]
@@ -147,8 +161,12 @@ def window_queries(model: Any, capture: QueryCapture, end_position: int) -> list
         q = rows.view(1, w, -1, attn.head_dim).transpose(1, 2)  # [1, Hq, w, D]
         positions = torch.arange(end_position - w, end_position, device=rows.device)[None]
         cos, sin = model.model.rotary_emb(rows[None], position_ids=positions)  # [1, w, D]
-        q, _ = apply_rotary_pos_emb(q, q, cos, sin)
-        out.append(q[0])
+        cos, sin = cos[:, None], sin[:, None]  # [1, 1, w, D]
+        half = q.shape[-1] // 2
+        rotated = torch.cat(
+            (-q[..., half:], q[..., :half]), dim=-1
+        )  # the Llama family's rotate_half
+        out.append((q * cos + rotated * sin)[0])
     return out
 
 
