@@ -164,6 +164,37 @@ def test_a_member_and_a_local_of_the_same_name_are_different_names():
     assert buffer.text[start - 1 : end] == " size" and new == "n"
 
 
+def test_a_method_or_a_field_renamed_at_its_definition_offers_its_member_uses():
+    text = (
+        "class Cart:\n"
+        "    total = 0\n"
+        "\n"
+        "    def add(self, n):\n"
+        "        self.total += n\n"
+        "        return self.add_all(n)\n"
+        "\n"
+        "    def add_all(self, n):\n"
+        "        total = n\n"
+        "        return total + self.total\n"
+        "\n"
+        "\n"
+        "Cart().add_all(3)\n"
+    )
+    buffer = Buffer(text)
+    cursor = rename_at(buffer, "total = 0", "total", "sum")
+    found = buffer.follow_up(cursor, "python")
+    assert found is not None  # the attribute: `self.total`, not the other method's local
+    assert [buffer.text.count("\n", 0, at) for at in found.places] == [4, 9]
+    found = buffer.follow_up(buffer.apply(found), "python")  # now a member renamed in a method
+    assert found is not None
+    assert [buffer.text.count("\n", 0, at) for at in found.places] == [9]
+    buffer = Buffer(text)
+    cursor = rename_at(buffer, "add_all(self", "add_all", "add_each")
+    found = buffer.follow_up(cursor, "python")
+    assert found is not None
+    assert [buffer.text.count("\n", 0, at) for at in found.places] == [12, 5]
+
+
 TS = """function total$(items: number[]): number {
   let $sum = 0; // $sum of items
   for (const item of items) {

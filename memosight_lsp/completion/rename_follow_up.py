@@ -14,8 +14,11 @@ minus those that are not the same name:
   several lines); an interpolation inside a string (`f"{total}"`, `${total}`) is code;
 - a keyword (an anonymous tree-sitter token);
 - a member (after `.` or `->`) when the renamed word was not one, or the reverse: `obj.total`
-  is another name than a local `total`; likewise a keyword argument's name (`f(total=1)`,
-  with a grammar: the callee's parameter).
+  is another name than a local `total`. With a grammar, a function's own name is both
+  (`def total(self)` is called as `self.total()`), and a field (a name in a class or struct
+  body outside its methods) is used as a member, or plain in that body only (Java's and C++'s
+  implicit `this` inside methods is not followed); likewise a keyword argument's name
+  (`f(total=1)`, with a grammar: the callee's parameter).
 
 Scope (with a grammar): a name renamed inside a function (its body or its parameters) is looked
 for in that function only, as locals are; a function's own name, a member, or a name outside
@@ -66,6 +69,7 @@ FUNCTION_NODES = frozenset(
         "lambda_expression",
     }
 )
+TYPE_BODIES = ("class", "struct", "interface", "impl_item", "trait_item")  # node types with members
 CODE_IN_STRINGS = ("interpolation", "substitution")  # `f"{x}"`, `${x}`: code inside a string
 STRING_OR_COMMENT = ("string", "comment", "char_literal", "character_literal", "text_block")
 
@@ -177,9 +181,7 @@ def follow_up(
         return None
     word, _ = identifier_pattern(language_id)
     pattern = re.compile(rf"(?<!{word}){re.escape(rename.old)}(?!{word})")
-    found = [
-        m.start() for m in pattern.finditer(text) if is_member(text, m.start()) == rename.member
-    ]
+    found = [m.start() for m in pattern.finditer(text)]
     spec = language_for(path, language_id)
     source = text.encode("utf-8", "surrogatepass")
     if spec is not None and len(source) <= MAX_PARSE_BYTES:
@@ -191,7 +193,9 @@ def follow_up(
             for at in [rename.start, *found]
             if not in_string_or_comment_of_line(text, at, comments)
         ]
-        places = code[1:] if code[:1] == [rename.start] else None
+        places = None
+        if code[:1] == [rename.start]:
+            places = [at for at in code[1:] if is_member(text, at) == rename.member]
     if places is None:
         return None  # a word changed in a string or a comment: not a rename of a name
     if not found:
@@ -215,10 +219,15 @@ def in_code_and_scope(
     renamed_at = root.descendant_for_byte_range(to_byte(rename.start), to_byte(rename.end))
     if renamed_at is None or not is_code(renamed_at):
         return None
-    scope = rename_scope(spec, renamed_at)
     keyword = is_keyword_argument_name(renamed_at)
+    defines = member_definition(spec, renamed_at)
+    # A member's uses are anywhere (`self.total` in every method), a local's in its function.
+    scope = root if rename.member or defines else rename_scope(spec, renamed_at)
     places = []
     for at in found:
+        member = is_member(text, at)
+        if defines is None and member != rename.member:
+            continue
         start = to_byte(at)
         end = start + len(rename.old.encode("utf-8", "surrogatepass"))
         if not scope.start_byte <= start < scope.end_byte:
@@ -226,8 +235,11 @@ def in_code_and_scope(
         node = root.descendant_for_byte_range(start, end)
         if node is None or not node.is_named or not is_code(node):
             continue
-        if is_keyword_argument_name(node) == keyword:
-            places.append(at)
+        if is_keyword_argument_name(node) != keyword:
+            continue
+        if defines == "field" and not member and in_function(spec, node):
+            continue  # a plain name in a method is its own local
+        places.append(at)
     return places
 
 
@@ -253,19 +265,46 @@ def is_keyword_argument_name(node: ts.Node) -> bool:
     return name is not None and name.start_byte == node.start_byte
 
 
+def member_definition(spec: LanguageSpec, renamed_at: ts.Node) -> str | None:
+    """What the renamed word defines that is used as `obj.name` too: "function" (a function's
+    or method's own name: called as `total()` and `self.total()`), "field" (a name in a class or
+    struct body outside its methods: `self.total`, or plain in the body itself), else None."""
+    parent = renamed_at.parent
+    if parent is not None and is_function(spec, parent) and is_own_name(parent, renamed_at):
+        return "function"
+    if in_function(spec, renamed_at):
+        return None
+    node = parent
+    while node is not None:
+        if any(part in node.type for part in TYPE_BODIES):
+            return "field"
+        node = node.parent
+    return None
+
+
+def in_function(spec: LanguageSpec, node: ts.Node) -> bool:
+    current = node.parent
+    while current is not None:
+        if is_function(spec, current):
+            return True
+        current = current.parent
+    return False
+
+
 def rename_scope(spec: LanguageSpec, renamed_at: ts.Node) -> ts.Node:
-    """The innermost function around the renamed word, unless the word is that function's own
-    name (then the next one out); the whole tree when none is around it."""
-    start, end = renamed_at.start_byte, renamed_at.end_byte
+    """The innermost function around the renamed word (not a member), unless the word is that
+    function's own name (then the next one out); the whole tree when none is around it."""
     scope = renamed_at
     while scope.parent is not None:
         scope = scope.parent
-        if is_function(spec, scope):
-            name = scope.child_by_field_name("name")
-            own_name = name is not None and name.start_byte <= start and end <= name.end_byte
-            if not own_name:
-                return scope
+        if is_function(spec, scope) and not is_own_name(scope, renamed_at):
+            return scope
     return scope
+
+
+def is_own_name(function: ts.Node, word: ts.Node) -> bool:
+    name = function.child_by_field_name("name")
+    return name is not None and name.start_byte <= word.start_byte <= word.end_byte <= name.end_byte
 
 
 def is_function(spec: LanguageSpec, node: ts.Node) -> bool:
