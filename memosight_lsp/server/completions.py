@@ -421,13 +421,15 @@ class CompletionFlow:
             return Completion(text="", reason=f"model error: {type(err).__name__}: {err}")
         log.debug(
             "%s: %d prompt tokens (%d reused), prefill %.0f ms, decode %.0f ms, %d tokens, "
-            "%.0f ms in all, %s",
+            "%d alternatives (%.0f ms), %.0f ms in all, %s",
             counter,
             completion.prompt_tokens,
             completion.stats.get("reusedPromptTokens", 0),
             completion.prefill_ms,
             completion.decode_ms,
             completion.new_tokens,
+            len(completion.alternatives),
+            completion.stats.get("alternativesMs", 0.0),
             completion.total_ms,
             completion.stop_reason,
         )
