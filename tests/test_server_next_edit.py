@@ -146,6 +146,7 @@ def other(total):
 
 
 async def test_a_rename_offers_each_next_use_in_turn_then_nothing(client):
+    before = await stats(client)
     buffer = Buffer(client, "file:///r/mean.py", RENAMED, "python")
     cursor = buffer.rename(1, 4, "total", "sum_all")
     started = time.monotonic()
@@ -160,6 +161,10 @@ async def test_a_rename_offers_each_next_use_in_turn_then_nothing(client):
     answer = await buffer.next_edit(cursor)
     assert answer["source"] == "rename" and answer["edits"] == []
     assert "left only in strings, comments or other scopes" in answer["reason"]
+    after = await stats(client)
+    assert after["nextEditRequests"] == before["nextEditRequests"] + 3
+    assert after["nextEditRenames"] == before["nextEditRenames"] + 3
+    assert after["nextEditModelCalls"] == before["nextEditModelCalls"]  # no model asked
 
 
 async def test_a_rename_with_no_use_left_proposes_nothing(client):

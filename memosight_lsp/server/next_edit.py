@@ -36,6 +36,7 @@ from memosight_lsp.engine.speculative import SpeculativeDecoder
 from .completions import DISABLED, GIVE_UP_GRACE_S, UNKNOWN_DOCUMENT
 from .documents import LineIndex
 from .model_host import ModelHost
+from .stats import ServerStats
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,9 @@ class NextEditFlow:
         host: ModelHost,
         settings: Callable[[], Settings],
         history: EditHistory,
+        stats: ServerStats,
     ) -> None:
+        self.stats = stats
         self.scheduler = scheduler
         self.host = host
         self.history = history
@@ -80,6 +83,7 @@ class NextEditFlow:
         if not isinstance(engine, CompletionEngine):
             return REMOTE
         editor = self.editor(engine)
+        self.stats.count("nextEditModelCalls")
         try:
             return editor.predict(request, cancelled=cancelled)
         except Exception as err:  # the model failed: answer empty, keep serving
@@ -91,6 +95,7 @@ class NextEditFlow:
     async def predict(self, doc: TextDocument | None, position: types.Position) -> dict[str, Any]:
         started = time.perf_counter()
         settings = self._settings()
+        self.stats.count("nextEditRequests")
         index = LineIndex.of(doc.source) if doc is not None else None
         answer = await self._predict(doc, index, position, settings)
         return {**answer, "latencyMs": round((time.perf_counter() - started) * 1000, 1)}
@@ -126,6 +131,7 @@ class NextEditFlow:
         )
         follow_up = rename_follow_up_edit(request)
         if follow_up is not None:  # the last edit was a rename: no model needed
+            self.stats.count("nextEditRenames")
             return answer_of(index, codec, follow_up)
         self.host.ensure(settings.model)  # a load is queued first: the job runs after it
         version = doc.version

@@ -80,6 +80,7 @@ class MemoSightServer(LanguageServer):
             host=self.host,
             settings=lambda: self.settings,
             history=self.edit_history,
+            stats=self.stats,
         )
         self.indexes = WorkspaceIndexes(self._index_progress_from_thread)
         self.workspace_roots: list[str] = []  # folders from initialize / didChangeWorkspaceFolders

@@ -48,6 +48,11 @@ class ServerStats:
         "engineUnavailable",
         "engineCachedTokens",
         "enginePrefilledTokens",
+        # memosight/nextEdit: requests, those answered by a rename's follow-up (no model), and
+        # the model rewrites run for the rest.
+        "nextEditRequests",
+        "nextEditRenames",
+        "nextEditModelCalls",
     )
     _ENGINE_FINISH: ClassVar[dict[str, str]] = {
         "error": "engineErrors",
