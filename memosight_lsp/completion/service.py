@@ -496,15 +496,19 @@ class CompletionEngine:
         plan = self.plan(request, len(prompt_ids))
         decode = GreedyDecoder() if request.plain else self._decoder_for(request, plan)
         self._draft_from_open_buffers(decode, request)
-        # Per-buffer decoders keep the KV cache and last suggestion of each buffer.
-        branches = None
+        branches = None  # the alternatives, decoded after the greedy tokens (engine/branches.py)
         if request.alternatives > 1:
             first_due = deadline if on_partial is not None else None
+
+            def branch_until(greedy: Sequence[int]) -> float:
+                if not postprocess.finish(generated_text(greedy), situation, multiline):
+                    return -math.inf  # no first item: no others are shown
+                return alternatives_until(stop_at, first_due, answered=bool(shown))
+
             branches = BranchRules(
-                count=request.alternatives - 1,
-                max_tokens=ALTERNATIVE_TOKENS,
-                until=lambda: alternatives_until(stop_at, first_due, answered=bool(shown)),
+                count=request.alternatives - 1, max_tokens=ALTERNATIVE_TOKENS, until=branch_until
             )
+        # Per-buffer decoders keep the KV cache and last suggestion of each buffer.
         generation = decode(
             self.loaded.model,
             prompt_ids,

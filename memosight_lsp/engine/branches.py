@@ -12,9 +12,10 @@ The rule:
   cache too but masked out; the rows added are cropped when branching ends, so the cache the
   decoder keeps for the buffer is the one greedy decoding left.
 - A branch stops like greedy decoding does (stop tokens, the text-level stop rule) or at
-  BranchRules.max_tokens; all stop at BranchRules.until(), asked once when branching would start
-  (the caller puts its first-response deadline and a time cap there). Nothing branches after a
-  cancelled or timed-out decode.
+  BranchRules.max_tokens; all stop at BranchRules.until(greedy tokens), asked once when branching
+  would start (the caller puts its first-response deadline and a time cap there, and skips
+  branching where the greedy text trims to nothing: no first item, no others). Nothing branches
+  after a cancelled or timed-out decode.
 - It runs after the greedy tokens are final and touches neither them nor the kept cache's
   contents: the first item is the same with alternatives on or off.
 """
@@ -48,7 +49,7 @@ def branch_off(
     rules, result = run.branches, run.result
     if rules is None or rules.count <= 0 or result.stop_reason in ("cancelled", "time"):
         return
-    until = rules.until()
+    until = rules.until(result.tokens)
     if time.monotonic() >= until or not branchable(cache):
         return
     started = time.perf_counter()

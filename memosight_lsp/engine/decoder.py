@@ -67,8 +67,9 @@ class BranchRules:
 
     count: int  # alternatives wanted beside the greedy completion
     max_tokens: int  # most tokens of one alternative, its first included
-    # time.monotonic() by which branching ends, asked once when it would start (<= now: none).
-    until: Callable[[], float]
+    # time.monotonic() by which branching ends, asked once with the greedy tokens when it would
+    # start (<= now: none, e.g. when the greedy text is trimmed to nothing).
+    until: Callable[[Sequence[int]], float]
 
 
 @dataclass(kw_only=True)
