@@ -43,6 +43,9 @@ def chars(text: str) -> int:
         ("itertools", "tests/quick.rs", 1581, "rust", "multizip", "src/ziptuple.rs"),
         # cobra/command_test.go: `Args: ExactArgs(2),` (ExactArgs is in args.go, no import)
         ("cobra", "command_test.go", 311, "go", "ExactArgs", "args.go"),
+        # spdlog async.h: `details::registry::instance().set_tp(...)`, a class of a C++
+        # header named .h (read as C, its classes would be lost)
+        ("spdlog", "async.h", 79, "cpp", "registry", "details/registry.h"),
         # commons-csv CSVFormat.java: `return new CSVPrinter(System.out, this);`
         (
             "commons-csv",
@@ -128,3 +131,18 @@ def test_the_gate_packs_other_files_only_where_it_pays(tmp_path: Path) -> None:
 
 def original_of(index: WorkspaceIndex, rel: str) -> str:
     return index.abspath(rel).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("project", "rel", "language"),
+    [
+        ("spdlog", "logger.h", "cpp"),
+        ("spdlog", "details/registry.h", "cpp"),
+        ("stb", "stb_image.h", "c"),
+    ],
+)
+def test_a_header_is_c_or_cpp_by_its_text(tmp_path: Path, project: str, rel: str, language: str):
+    index = project_index(project, tmp_path)
+    assert index.language(rel).name == language
+    opened = index.abspath(rel).read_text(encoding="utf-8", errors="replace")
+    assert index.symbols_for_text(str(index.abspath(rel)), opened, "c").language == language

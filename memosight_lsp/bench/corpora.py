@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from memosight_lsp.workspace import language_for
+from memosight_lsp.workspace.languages import HEADER_SNIFF_BYTES, for_content
 
 Source = Literal["npm", "debian", "pypi"]
 DOWNLOAD_TIMEOUT_S = 120
@@ -158,6 +159,15 @@ PROJECTS: tuple[Project, ...] = (
         root="usr/include/stb",
     ),
     Project(
+        name="spdlog",
+        language="cpp",
+        version="1.10.0",
+        source="debian",
+        url=f"{DEBIAN}/s/spdlog/libspdlog-dev_1.10.0%2bds-0.4_amd64.deb",
+        sha256="4e19d647fe9bc9ec6a1fae81be00a69b1796b41660e8a7a4cf567264b463dcfb",
+        root="usr/include/spdlog",
+    ),
+    Project(
         name="nlohmann-json",
         language="cpp",
         version="3.11.2",
@@ -209,6 +219,9 @@ def source_files(root: Path, language: str | None = None, limit: int = 5000) -> 
         if len(found) >= limit:
             break
         spec = language_for(str(path), None) if path.is_file() else None
+        if spec is not None and path.suffix.lower() == ".h":  # C or C++ by its text
+            with path.open("rb") as handle:
+                spec = for_content(spec, path, handle.read(HEADER_SNIFF_BYTES))
         if spec is not None and (language is None or spec.name == language):
             found.append(path)
     return found

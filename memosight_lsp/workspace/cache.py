@@ -17,7 +17,7 @@ from .symbols import FileSymbols
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 2: JS/TS re-exports (`export ... from`) are imports
+SCHEMA_VERSION = 3  # 2: JS/TS re-exports (`export ... from`) are imports; 3: C++ .h headers
 CACHE_FILE = "index.msgpack"
 
 

@@ -30,7 +30,7 @@ from .files import (
     iter_source_files,
     read_regular_file,
 )
-from .languages import LanguageSpec, language_for, language_named, parser
+from .languages import LanguageSpec, for_content, language_for, language_named, parser
 from .resolve import Resolver, Target
 from .symbols import Definition, FileSymbols, Import
 
@@ -179,7 +179,7 @@ class WorkspaceIndex:
             return None
         if old is not None and old.digest == content_digest(data):
             return replace(old, mtime_ns=mtime_ns)
-        return parse_source(spec, rel, data, mtime_ns)
+        return parse_source(for_content(spec, rel, data), rel, data, mtime_ns)
 
     # -- single files (watcher, didSave) -------------------------------------------------------
     def update_file(self, path: str | Path) -> FileSymbols | None:
@@ -310,7 +310,7 @@ class WorkspaceIndex:
                     return None
                 if text is None:
                     raise ValueError(f"buffer {rel} is not open: the first update needs its text")
-                buffer = self._buffers[rel] = Buffer(spec, text)
+                buffer = self._buffers[rel] = Buffer(for_content(spec, rel, text), text)
             elif edits:
                 buffer.apply(edits)
             elif text is not None:
@@ -407,7 +407,7 @@ class WorkspaceIndex:
         self, path: str | Path | None, text: str, language_id: str | None = None
     ) -> FileSymbols | None:
         """Symbols of a document's current text, from the index when it matches, else parsed."""
-        spec = language_for(path, language_id)
+        spec = for_content(language_for(path, language_id), path, text)
         if spec is None:
             return None
         rel = self.relpath(path) if path is not None else "<unsaved>"

@@ -5,6 +5,7 @@ or file extension. Anything else is an unknown language (None) and gets plain pr
 from __future__ import annotations
 
 import importlib
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -291,6 +292,27 @@ def language_for(
     if path is not None:
         return _BY_EXT.get(PurePath(path).suffix.lower())
     return None
+
+
+# What only C++ writes, at the start of a line: a header (.h) holding any of it is C++ (C and
+# C++ projects both name headers .h; the C grammar loses classes, namespaces and templates).
+_CPP_ONLY = re.compile(
+    rb"^[ \t]*(?:namespace[ \t]+\w+[ \t]*\{|template[ \t]*<|(?:public|private|protected)[ \t]*:"
+    rb"|class[ \t]+\w+[^;\n]*\{|using[ \t]+namespace[ \t]|extern[ \t]+\"C\+\+\")",
+    re.MULTILINE,
+)
+HEADER_SNIFF_BYTES = 65_536  # how much of a header is looked at
+
+
+def for_content(
+    spec: LanguageSpec | None, path: str | PurePath | None, text: str | bytes
+) -> LanguageSpec | None:
+    """`spec` (language_for's answer) corrected by the text: a .h header written in C++ is C++."""
+    if spec is None or spec.name != "c" or path is None or PurePath(path).suffix.lower() != ".h":
+        return spec
+    head = text[:HEADER_SNIFF_BYTES]
+    data = head.encode("utf-8", "surrogatepass") if isinstance(head, str) else head
+    return _BY_NAME["cpp"] if _CPP_ONLY.search(data) else spec
 
 
 def language_named(name: str) -> LanguageSpec | None:
