@@ -93,6 +93,19 @@ class CompressionSettings:
     min_prompt_tokens: int = 2048  # shorter prompts are never compressed (measured break-even)
 
 
+# The next-edit prompt's format (completion/next_edit_prompt.py); auto: by the model's name and
+# vocabulary. Spelled here: config imports nothing else of the package.
+NextEditFormat = Literal["auto", "chat", "plain", "zeta", "sweep"]
+
+
+@dataclass(kw_only=True)
+class NextEditSettings:
+    # memosight/nextEdit's prompt family: zeta (Zed's Zeta), sweep (Sweep's next-edit models),
+    # chat (instruction-tuned), plain (base models), or auto: picked by the model's name and
+    # vocabulary, the local model's and a serving engine's alike.
+    prompt_format: NextEditFormat = "auto"
+
+
 @dataclass(kw_only=True)
 class Settings:
     enable: bool = True
@@ -102,6 +115,7 @@ class Settings:
     completion: CompletionSettings = field(default_factory=CompletionSettings)
     context: ContextSettings = field(default_factory=ContextSettings)
     compression: CompressionSettings = field(default_factory=CompressionSettings)
+    next_edit: NextEditSettings = field(default_factory=NextEditSettings)
 
     def language_enabled(self, language_id: str) -> bool:
         return self.enable and self.languages.get(language_id, True)

@@ -101,6 +101,10 @@ class GenerateRequest:
     max_tokens: int
     deadline: float  # time.monotonic() by which the answer must be complete
     stop: tuple[str, ...] = ()  # strings that end the completion (the engine stops on them)
+    # The prompt's text as it is, to the engine's raw completion endpoint (llama.cpp
+    # /completion, /v1/completions, Ollama raw): no engine-side infill or template and no FIM
+    # stops, only `stop` (next edits: completion/next_edit_remote.py).
+    raw: bool = False
 
 
 @dataclass(kw_only=True)
@@ -192,6 +196,8 @@ class Backend(Protocol):
 
     def probe(self, deadline: float) -> EngineInfo: ...
 
+    def has_token(self, token: str, deadline: float) -> bool: ...
+
     def generate(
         self,
         request: GenerateRequest,
@@ -249,6 +255,11 @@ class EngineClient:
 
     def probe(self, deadline: float) -> EngineInfo:
         raise NotImplementedError
+
+    def has_token(self, token: str, deadline: float) -> bool:
+        """Whether `token` is one token of the served model's vocabulary (False where the
+        engine cannot say: no tokenizer endpoint)."""
+        return False
 
     def streamed(self, request: GenerateRequest) -> tuple[str, dict[str, Any], StreamReader]:
         """What one streamed completion sends (the path, the body) and how its stream reads."""

@@ -53,6 +53,9 @@ class LlamaCppBackend(EngineClient):
             raise http.EngineError(f"{self.url}/tokenize: no token list in the answer", "malformed")
         return [t if isinstance(t, int) else int(t.get("id", -1)) for t in tokens]
 
+    def has_token(self, token: str, deadline: float) -> bool:
+        return len(self.tokenize(token, deadline, special=True)) == 1
+
     def probe(self, deadline: float) -> EngineInfo:
         props = http.get_json(self.url + "/props", watch=http.Watch(deadline), headers=self.headers)
         if not isinstance(props, dict):
@@ -129,7 +132,7 @@ class LlamaCppBackend(EngineClient):
         }
         if request.stop:
             common["stop"] = list(request.stop)
-        if self.info.infill:
+        if self.info.infill and not request.raw:
             extra = [{"filename": path, "text": text} for path, text in pieces.extra]
             return "/infill", {
                 "input_prefix": pieces.prefix,

@@ -35,6 +35,10 @@ KEEP_ALIVE = "30m"  # keep the model (and its KV cache) loaded between keystroke
 
 class OllamaBackend(EngineClient):
     engine = "ollama"
+    vocabulary: frozenset[str] = frozenset()  # the model's tokens, from /api/show at probe time
+
+    def has_token(self, token: str, deadline: float) -> bool:
+        return token in self.vocabulary
 
     def _model_name(self, deadline: float) -> str:
         if self.model:
@@ -71,6 +75,8 @@ class OllamaBackend(EngineClient):
         )
         capabilities = show.get("capabilities") or []
         vocabulary = info.get("tokenizer.ggml.tokens")
+        if isinstance(vocabulary, list):
+            self.vocabulary = frozenset(t for t in vocabulary if isinstance(t, str))
         arch = info.get("general.architecture")
         context = _int(info.get(f"{arch}.context_length")) if arch else None
         fim = None
@@ -104,7 +110,8 @@ class OllamaBackend(EngineClient):
         assert self.info is not None
         pieces = request.prompt
         options: dict[str, Any] = {"temperature": 0, "top_k": 1, "num_predict": request.max_tokens}
-        stops = list(request.stop) + list(self.info.fim.stop_tokens if self.info.fim else ())
+        fim_stops = self.info.fim.stop_tokens if self.info.fim and not request.raw else ()
+        stops = list(request.stop) + list(fim_stops)
         if stops:
             options["stop"] = stops
         body: dict[str, Any] = {
@@ -113,7 +120,7 @@ class OllamaBackend(EngineClient):
             "keep_alive": KEEP_ALIVE,
             "options": options,
         }
-        if self.info.infill:
+        if self.info.infill and not request.raw:
             extra = "".join(text for _, text in pieces.extra)
             body.update(prompt=extra + pieces.prefix, suffix=pieces.suffix)
         else:

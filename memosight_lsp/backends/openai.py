@@ -104,7 +104,7 @@ class OpenAIBackend(EngineClient):
     def stop_strings(self, request: GenerateRequest) -> list[str]:
         info = self.info
         stops = list(request.stop)
-        if info is not None and info.fim is not None:
+        if info is not None and info.fim is not None and not request.raw:
             stops += [s for s in info.fim.stop_tokens if s not in stops]
         return stops[:MAX_STOP]
 
@@ -118,7 +118,7 @@ class OpenAIBackend(EngineClient):
             "temperature": 0,
             "stream": True,
             "stream_options": {"include_usage": True},
-            **self.extra_body(),
+            **({} if request.raw else self.extra_body()),
         }
         stops = self.stop_strings(request)
         if stops:

@@ -47,6 +47,9 @@ class VllmBackend(OpenAIBackend):
             raise http.EngineError(f"{self.url}/tokenize: no token list in the answer", "malformed")
         return tokens
 
+    def has_token(self, token: str, deadline: float) -> bool:
+        return len(self.tokenize(token, deadline, special=False)) == 1
+
     def probe(self, deadline: float) -> EngineInfo:
         entry = self.pick_model(self.served_models(deadline))
         self.info = EngineInfo(engine=self.engine, url=self.url, model=entry["id"], fim=None)

@@ -15,6 +15,9 @@ model rewrite answers every other edit.
 
 Bounded: the rewrite has at most the window's tokens + a margin, and ends by maxWaitMs with what
 it has (a rewrite cut short proposes only the changes in the lines it wrote).
+
+The window (`window_of`) and the proposals (`finish`) are the same whoever rewrites: the local
+model here (NextEditor), or a serving engine (next_edit_remote.py).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from memosight_lsp.engine.loading import LoadedModel
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 
 from .edit_history import Edit
-from .next_edit_prompt import NextEditPrompt, build_next_edit_prompt
+from .next_edit_prompt import NextEditPrompt, build_next_edit_prompt, tokenizer_traits
 from .rename_follow_up import follow_up
 
 WINDOW_LINES = 30
@@ -58,6 +61,7 @@ class NextEditRequest:
     plain: bool = False  # plain greedy decoding, no drafts (the reference)
     buffer_id: str | None = None  # the decoder's per-buffer cache key
     window_lines: int = WINDOW_LINES
+    prompt_format: str = "auto"  # nextEdit.promptFormat (next_edit_prompt.py)
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ class NextEdit:
             "complete": self.complete,
             **{
                 k: self.stats[k]
-                for k in ("tokensPerPass", "acceptedBySource", "acceptedDraftTokens")
+                for k in ("tokensPerPass", "acceptedBySource", "acceptedDraftTokens", "engine")
                 if k in self.stats
             },
         }
@@ -124,6 +128,67 @@ def choose_window(
         top = min(top, edits[-1].line)
     first = max(0, min(top - LINES_BEFORE, len(lines) - size))
     return first, min(len(lines), first + size)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The lines a rewrite replaces: [first, end) of the document, its text (ending with a
+    newline), its document offsets and the cursor's offset in it (None: not in it)."""
+
+    first: int
+    end: int
+    text: str
+    start: int
+    stop: int
+    cursor: int | None
+
+    def prompt(self, model: Any, request: NextEditRequest) -> NextEditPrompt:
+        """The prompt of this window for `model` (ModelTraits, or a local tokenizer)."""
+        return build_next_edit_prompt(
+            model,
+            window=self.text,
+            edits=request.edits,
+            path=request.path or "",
+            language=(request.language_id or "").lower(),
+            setting=request.prompt_format,
+            cursor=self.cursor,
+            first_line=self.first,
+        )
+
+
+def window_of(request: NextEditRequest) -> Window:
+    lines = request.text.splitlines(keepends=True) or [""]
+    first, end = choose_window(lines, request.cursor_line, request.edits, request.window_lines)
+    text = "".join(lines[first:end])
+    if not text.endswith("\n"):
+        text += "\n"
+    start = sum(len(line) for line in lines[:first])
+    stop = min(len(request.text), start + len(text))
+    cursor = None if request.cursor is None else request.cursor - start
+    if cursor is not None and not 0 <= cursor <= stop - start:
+        cursor = None  # the cursor is outside the window (the last edit drew it elsewhere)
+    return Window(first, end, text, start, stop, cursor)
+
+
+def rewrite_budget(draft_tokens: int) -> int:
+    """The most tokens a rewrite may have: the window's (with the end marker), a quarter more
+    and a margin; a next edit is small, so a longer rewrite is going astray."""
+    return draft_tokens + draft_tokens // 4 + MARGIN_TOKENS
+
+
+def finish(result: NextEdit, request: NextEditRequest, window: Window) -> NextEdit:
+    """The proposals of a rewrite (result.rewrite, result.complete) in document offsets, or why
+    there are none; the window's place and the total time filled in."""
+    result.first_line, result.end_line = window.first, window.end
+    result.window_start, result.window_end = window.start, window.stop
+    last = request.edits[-1] if request.edits else None
+    hunks, result.reason = proposals(window.text, result.rewrite, result.complete, last)
+    original = window.stop - window.start
+    result.hunks = [
+        Hunk(window.start + min(h.start, original), window.start + min(h.end, original), h.new_text)
+        for h in hunks
+    ]
+    return result
 
 
 def line_hunks(old: str, new: str, complete: bool = True) -> list[tuple[int, int, str, str]]:
@@ -246,41 +311,24 @@ class NextEditor:
     def forget(self, buffer_id: str) -> None:
         self.decoder.forget(buffer_id)
 
-    def prompt(self, request: NextEditRequest) -> tuple[NextEditPrompt, str, int, int]:
-        """The prompt, the window's text (ending with a newline) and its lines [first, end)."""
-        lines = request.text.splitlines(keepends=True) or [""]
-        first, end = choose_window(lines, request.cursor_line, request.edits, request.window_lines)
-        window = "".join(lines[first:end])
-        if not window.endswith("\n"):
-            window += "\n"
-        prompt = build_next_edit_prompt(
-            self.loaded.tokenizer,
-            window=window,
-            edits=request.edits,
-            path=request.path or "",
-            language=(request.language_id or "").lower(),
-        )
-        return prompt, window, first, end
+    def prompt(self, request: NextEditRequest) -> tuple[NextEditPrompt, Window]:
+        """The prompt and the window it rewrites."""
+        window = window_of(request)
+        traits = tokenizer_traits(self.loaded.tokenizer, self.loaded.name)
+        return window.prompt(traits, request), window
 
     def predict(
         self, request: NextEditRequest, *, cancelled: Callable[[], bool] | None = None
     ) -> NextEdit:
         started = time.perf_counter()
         tokenizer = self.loaded.tokenizer
-        prompt, window, first, end = self.prompt(request)
-        lines = request.text.splitlines(keepends=True)
-        window_start = sum(len(line) for line in lines[:first])
-        window_end = min(len(request.text), window_start + len(window))
+        prompt, window = self.prompt(request)
         prompt_ids = tokenizer.encode(prompt.text, add_special_tokens=True)
-        draft_ids = tokenizer.encode(prompt.draft_text(window), add_special_tokens=False)
+        draft_ids = tokenizer.encode(prompt.draft_text(window.text), add_special_tokens=False)
         generation = self.rewrite(request, prompt, prompt_ids, draft_ids, cancelled)
         rewrite, complete = prompt.answer_of(tokenizer.decode(generation.tokens))
         result = NextEdit(
             hunks=[],
-            first_line=first,
-            end_line=end,
-            window_start=window_start,
-            window_end=window_end,
             rewrite=rewrite,
             complete=complete,
             family=prompt.family,
@@ -296,19 +344,11 @@ class NextEditor:
             stats=dict(generation.stats),
         )
         if generation.stop_reason == "cancelled":
+            result.first_line, result.end_line = window.first, window.end
+            result.window_start, result.window_end = window.start, window.stop
             result.reason = "the request was superseded or cancelled"
         else:
-            last = request.edits[-1] if request.edits else None
-            hunks, result.reason = proposals(window, rewrite, complete, last)
-            original = window_end - window_start
-            result.hunks = [
-                Hunk(
-                    window_start + min(h.start, original),
-                    window_start + min(h.end, original),
-                    h.new_text,
-                )
-                for h in hunks
-            ]
+            finish(result, request, window)
         result.total_ms = (time.perf_counter() - started) * 1000
         return result
 
@@ -329,7 +369,7 @@ class NextEditor:
             return end in tokenizer.decode(list(tokens[-STOP_TAIL_TOKENS:]))
 
         rules = StopRules(
-            max_new_tokens=len(draft_ids) + len(draft_ids) // 4 + MARGIN_TOKENS,
+            max_new_tokens=rewrite_budget(len(draft_ids)),
             stop_token_ids=self.loaded.stop_token_ids,
             should_stop=ended,
             cancelled=cancelled,

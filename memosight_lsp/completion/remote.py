@@ -29,6 +29,7 @@ from memosight_lsp.backends import (
     Cancelled,
     EngineError,
     EngineInfo,
+    EngineResult,
     GenerateRequest,
     PromptPieces,
 )
@@ -61,6 +62,20 @@ EMPTY = "the model suggested nothing useful here (empty after trimming)"
 NOT_THE_WORD = "the model did not continue the word at the cursor"
 
 HealthListener = Callable[[bool, str], None]  # (up, message); called on the worker thread
+
+# Characters per token where the engine has no tokenizer endpoint, for bounding a raw
+# completion's length: fewer than code usually has per token, so the bound is not too short.
+RAW_CHARS_PER_TOKEN = 3.0
+
+
+@dataclass
+class RawCompletion:
+    """A raw completion of a prompt text (next edits): the engine's result, or why there is
+    none and what stopped it ("unavailable", "error", "deadline", "cancelled")."""
+
+    result: EngineResult | None = None
+    reason: str | None = None
+    stop_reason: str = ""
 
 
 @dataclass
@@ -111,6 +126,7 @@ class RemoteCompletionEngine:
         self.timeout_s = timeout_s
         self.info: EngineInfo | None = None
         self.health = Availability(on_health)
+        self._single_tokens: dict[str, bool] = {}  # marker -> one token of the vocabulary
 
     @property
     def name(self) -> str:
@@ -132,6 +148,7 @@ class RemoteCompletionEngine:
         for note in info.notes:
             log.info("%s: %s", info.engine, note)
         self.info = info
+        self._single_tokens = {}  # the model may have changed
         self.health.succeeded(f"{info.describe()} ready")
         return info
 
@@ -250,6 +267,74 @@ class RemoteCompletionEngine:
             raw=raw,
             stats={"engine": {"name": info.engine, **result.stats()}},
         )
+
+    # -- raw completions (next edits) -------------------------------------------------------
+
+    def has_token(self, token: str) -> bool:
+        """Whether `token` is one token of the served model's vocabulary (asked once per model;
+        False while the engine cannot say)."""
+        if token not in self._single_tokens:
+            try:
+                answer = self.backend.has_token(token, deadline_in(self.timeout_s))
+            except (EngineError, Cancelled, AttributeError):  # AttributeError: a stand-in backend
+                return False
+            self._single_tokens[token] = bool(answer)
+        return self._single_tokens[token]
+
+    def count_exact(self, text: str, deadline: float) -> int:
+        """Tokens of `text` by the engine's own tokenizer where the backend has one (llama.cpp,
+        vLLM), else estimated at RAW_CHARS_PER_TOKEN; estimated too when the call fails (the
+        completion then says what is wrong)."""
+        tokenize = getattr(self.backend, "tokenize", None)
+        if tokenize is not None:
+            try:
+                return len(tokenize(text, deadline))
+            except (EngineError, Cancelled):
+                pass
+        return math.ceil(len(text) / RAW_CHARS_PER_TOKEN)
+
+    def complete_raw(
+        self,
+        text: str,
+        *,
+        max_tokens: int,
+        stop: tuple[str, ...],
+        deadline: float,
+        on_text: Callable[[str], bool],
+        cancelled: Callable[[], bool] | None = None,
+        bound: str = "completion.maxWaitMs",
+    ) -> RawCompletion:
+        """The engine's greedy continuation of `text` as it is (its raw completion endpoint),
+        streamed to `on_text` (True: enough), ending at a `stop` string, `max_tokens` or the
+        deadline (with the text so far). The same health and backoff as a completion; `bound`
+        names the setting the deadline comes from, for the reason."""
+        started = time.perf_counter()
+        info = self.connect(min(deadline, deadline_in(self.timeout_s)))
+        if info is None:
+            message = self.health.message or "not reachable"
+            return RawCompletion(reason=f"engine unavailable: {message}", stop_reason="unavailable")
+        request = GenerateRequest(
+            prompt=PromptPieces(text=text, prefix=text, suffix=""),
+            max_tokens=max_tokens,
+            deadline=deadline,
+            stop=stop,
+            raw=True,
+        )
+        try:
+            result = self.backend.generate(request, on_text=on_text, cancelled=cancelled or never)
+        except Cancelled:
+            return RawCompletion(
+                reason="the request was superseded or cancelled", stop_reason="cancelled"
+            )
+        except EngineError as err:
+            if err.kind == "timeout":
+                reason = f"engine too slow: no answer within {bound}"
+                log.info("%s", reason)
+                return RawCompletion(reason=reason, stop_reason="deadline")
+            failure = self._engine_error(started, err)
+            return RawCompletion(reason=failure.reason, stop_reason=failure.stop_reason)
+        self.health.succeeded(f"{info.describe()} ready")
+        return RawCompletion(result=result)
 
     def _engine_error(self, started: float, err: EngineError) -> Completion:
         if err.kind == "timeout":

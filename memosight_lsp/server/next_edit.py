@@ -3,6 +3,9 @@
 
 A rename follow-up (the last edit renamed an identifier) is answered at once on the event loop,
 with no model: no job, no model load, and with a serving engine too (`"source": "rename"`).
+Every other edit is the model's: the local model's rewrite (NextEditor), or with model.backend
+the serving engine's (completion/next_edit_remote.py), in the prompt format of
+nextEdit.promptFormat.
 
 A buffer's next-edit job is queued under its own key (the buffer's uri + NEXT_EDIT_KEY): a newer
 nextEdit request of the buffer cancels the older one, as a newer completion cancels an older
@@ -28,6 +31,8 @@ from memosight_lsp.completion.next_edit import (
     NextEditRequest,
     rename_follow_up_edit,
 )
+from memosight_lsp.completion.next_edit_remote import RemoteNextEditor
+from memosight_lsp.completion.remote import RemoteCompletionEngine
 from memosight_lsp.completion.scheduler import JobAbandoned, Scheduler
 from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import Settings
@@ -42,7 +47,6 @@ log = logging.getLogger(__name__)
 
 NEXT_EDIT_KEY = "#nextEdit"
 NO_EDITS = "no recent edits in this buffer"
-REMOTE = "next edits need a local model: model.backend serves completions only"
 
 
 class NextEditFlow:
@@ -61,6 +65,7 @@ class NextEditFlow:
         self.history = history
         self._settings = settings
         self._editor: NextEditor | None = None
+        self._remote: RemoteNextEditor | None = None
 
     def editor(self, engine: CompletionEngine) -> NextEditor:
         """The next editor of the engine's model (made again when the model changes), timed
@@ -71,6 +76,12 @@ class NextEditFlow:
             self._editor = NextEditor(engine.loaded, costs)
         return self._editor
 
+    def remote_editor(self, engine: RemoteCompletionEngine) -> RemoteNextEditor:
+        """The next editor of the serving engine (made again when the engine changes)."""
+        if self._remote is None or self._remote.engine is not engine:
+            self._remote = RemoteNextEditor(engine)
+        return self._remote
+
     def forget(self, uri: str) -> None:
         if self._editor is not None:
             self._editor.forget(uri + NEXT_EDIT_KEY)
@@ -80,10 +91,15 @@ class NextEditFlow:
         engine = self.host.engine
         if engine is None:
             return f"the model is not ready ({self.host.message or self.host.state})"
-        if not isinstance(engine, CompletionEngine):
-            return REMOTE
-        editor = self.editor(engine)
         self.stats.count("nextEditModelCalls")
+        if isinstance(engine, RemoteCompletionEngine):
+            try:
+                return self.remote_editor(engine).predict(request, cancelled=cancelled)
+            except Exception as err:  # a bug on our side: answer empty, keep serving
+                log.error("next edit through the engine failed (%s: %s)", type(err).__name__, err)
+                log.debug("next edit failure", exc_info=True)
+                return f"engine error: {type(err).__name__}: {err}"
+        editor = self.editor(engine)
         try:
             return editor.predict(request, cancelled=cancelled)
         except Exception as err:  # the model failed: answer empty, keep serving
@@ -128,6 +144,7 @@ class NextEditFlow:
             max_wait_ms=settings.completion.max_wait_ms,
             plain=not settings.completion.speculative,
             buffer_id=doc.uri + NEXT_EDIT_KEY,
+            prompt_format=settings.next_edit.prompt_format,
         )
         follow_up = rename_follow_up_edit(request)
         if follow_up is not None:  # the last edit was a rename: no model needed
