@@ -1,0 +1,134 @@
+"""memosight/nextEdit through a real llama.cpp server (started here on loopback) with
+Qwen2.5-Coder-0.5B-Instruct: the real language server with model.backend llama.cpp answers a
+non-rename next edit from the model (the ChatML prompt as a raw /completion), well-formed and
+within completion.maxWaitMs; every prompt format goes through the engine; and with the engine
+stopped the answer is empty with a reason while the server keeps serving."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import pytest_asyncio
+from engines import QWEN_GGUF, EngineProcess, llama_server
+from lsp_session import edit, open_doc, start, stats, stop
+
+from memosight_lsp.backends.llama_cpp import LlamaCppBackend
+from memosight_lsp.completion.edit_history import EditHistory
+from memosight_lsp.completion.next_edit import NextEdit, NextEditRequest, rewrite_budget
+from memosight_lsp.completion.next_edit_remote import RemoteNextEditor
+from memosight_lsp.completion.remote import RemoteCompletionEngine
+from memosight_lsp.server.features import plain
+
+pytestmark = pytest.mark.slow
+in_module_loop = pytest.mark.asyncio(loop_scope="module")
+
+DOC = (
+    "def scale(values, factor):\n"
+    "    result = []\n"
+    "    for value in values:\n"
+    "        result.append(value * factor)\n"
+    "    return result\n"
+)
+MAX_WAIT_MS = 20_000
+MARGIN_S = 5.0  # the request's own overhead on top of maxWaitMs, on a busy 2-core machine
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory) -> EngineProcess:
+    process = llama_server(QWEN_GGUF, tmp_path_factory.mktemp("llama-logs")).start()
+    yield process
+    process.stop()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(engine):
+    options = {
+        "model": {"backend": "llama.cpp", "url": engine.url, "timeoutMs": 30_000},
+        "completion": {"maxWaitMs": MAX_WAIT_MS, "precomputeNext": False},
+    }
+    client = await start("neovim", options)
+    yield client
+    await stop(client)
+
+
+async def next_edit(client, uri: str, line: int, character: int) -> dict:
+    params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}
+    return plain(await client.protocol.send_request_async("memosight/nextEdit", params))
+
+
+def in_document(position: dict, lines: list[str]) -> bool:
+    line, character = position["line"], position["character"]
+    return 0 <= line < len(lines) + 1 and 0 <= character <= len([*lines, ""][line])
+
+
+@in_module_loop
+async def test_a_next_edit_comes_from_the_engine_well_formed_and_in_time(client):
+    uri = "file:///r/scale.py"
+    open_doc(client, uri, DOC)
+    # No rename: `[]` becomes `list()`, typed key by key; the engine's rewrite answers.
+    edit(client, uri, 2, (1, 13), (1, 15), "")
+    for i, char in enumerate("list()"):
+        edit(client, uri, 3 + i, (1, 13 + i), (1, 13 + i), char)
+    started = time.monotonic()
+    answer = await asyncio.wait_for(next_edit(client, uri, 1, 19), MAX_WAIT_MS / 1000 + 60)
+    waited = time.monotonic() - started
+    assert answer["source"] == "model", answer
+    assert answer["model"] == QWEN_GGUF.name
+    assert answer["stats"]["family"] == "chat"  # Qwen: ChatML text over the raw endpoint
+    assert answer["stats"]["engine"]["name"] == "llama.cpp"
+    lines = DOC.replace("    result = []", "    result = list()").split("\n")
+    assert in_document(answer["window"]["start"], lines)
+    assert in_document(answer["window"]["end"], lines)
+    for proposal in answer["edits"]:
+        start, end = proposal["range"]["start"], proposal["range"]["end"]
+        assert in_document(start, lines) and in_document(end, lines)
+        assert (start["line"], start["character"]) <= (end["line"], end["character"])
+        assert isinstance(proposal["newText"], str)
+    assert answer["edits"] or answer["reason"]
+    # The engine's own count of what it generated, within the bound sent.
+    assert 0 < answer["stats"]["newTokens"] <= rewrite_budget(answer["stats"]["draftTokens"])
+    assert waited <= MAX_WAIT_MS / 1000 + MARGIN_S
+    numbers = await stats(client)
+    assert numbers["nextEditModelCalls"] >= 1
+
+
+def test_every_prompt_format_goes_through_the_engine(engine):
+    history = EditHistory()
+    history.opened("u", DOC)
+    changed = DOC.replace("    result = []", "    result = list()")
+    history.changed("u", changed)
+    editor = RemoteNextEditor(RemoteCompletionEngine(LlamaCppBackend(engine.url), timeout_s=30))
+    for family in ("chat", "plain", "zeta", "sweep"):
+        request = NextEditRequest(
+            text=changed,
+            cursor_line=1,
+            cursor=changed.index("list()") + 6,
+            edits=tuple(history.recent("u")),
+            path="scale.py",
+            language_id="python",
+            max_wait_ms=MAX_WAIT_MS,
+            prompt_format=family,
+        )
+        result = editor.predict(request)
+        assert isinstance(result, NextEdit), (family, result)
+        assert result.family == family
+        assert result.new_tokens <= rewrite_budget(result.draft_tokens)
+        assert result.hunks or result.reason
+
+
+@in_module_loop
+async def test_with_the_engine_stopped_the_answer_is_empty_with_a_reason(client, engine):
+    uri = "file:///r/down.py"
+    open_doc(client, uri, DOC)
+    edit(client, uri, 2, (1, 13), (1, 15), "{}")
+    engine.stop()
+    started = time.monotonic()
+    answer = await asyncio.wait_for(next_edit(client, uri, 1, 15), 30)
+    assert time.monotonic() - started < 5  # refused at once, not a hang
+    assert answer["edits"] == [] and answer["source"] is None
+    assert "engine unavailable" in answer["reason"] or "engine error" in answer["reason"]
+    assert "connection refused" in answer["reason"]
+    numbers = await asyncio.wait_for(stats(client), 10)  # the server keeps serving
+    assert numbers["nextEditRequests"] >= 2
