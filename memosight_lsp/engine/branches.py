@@ -12,10 +12,11 @@ The rule:
   cache too but masked out; the rows added are cropped when branching ends, so the cache the
   decoder keeps for the buffer is the one greedy decoding left.
 - A branch stops like greedy decoding does (stop tokens, the text-level stop rule) or at
-  BranchRules.max_tokens; all stop at BranchRules.until(greedy tokens), asked once when branching
-  would start (the caller puts its first-response deadline and a time cap there, and skips
-  branching where the greedy text trims to nothing: no first item, no others). Nothing branches
-  after a cancelled or timed-out decode.
+  BranchRules.max_tokens. All stop before a step that would end past BranchRules.until(greedy
+  tokens), judged by the last step's time; it is asked once when branching would start (the
+  caller puts its first-response deadline and a time cap there, and skips branching where the
+  greedy text trims to nothing: no first item, no others). Nothing branches after a cancelled or
+  timed-out decode.
 - It runs after the greedy tokens are final and touches neither them nor the kept cache's
   contents: the first item is the same with alternatives on or off.
 """
@@ -126,7 +127,8 @@ def decode_branches(
     device: Any,
 ) -> list[Branch]:
     """Each first token continued greedily (under run.allowed_tokens), every branch a row of one
-    pass per step, until all ended or `until` (time.monotonic()). The cache is as it was after."""
+    pass per step, until all ended or the next step would end past `until` (time.monotonic(),
+    judged by the last step's time). The cache is as it was after."""
     branches = [Branch(tokens=[]) for _ in firsts]
     live: list[bool] = []
     for branch, token in zip(branches, firsts, strict=True):
@@ -136,8 +138,10 @@ def decode_branches(
     past = cache.get_seq_length()
     rows = len(branches)
     step = 0
+    last_step_s = 0.0  # a step is begun only when one as long as the last one ends by `until`
     try:
-        while any(live) and time.monotonic() < until:
+        while any(live) and time.monotonic() + last_step_s < until:
+            started = time.monotonic()
             step += 1
             ids = torch.tensor([[b.tokens[-1] for b in branches]], device=device)  # [1, rows]
             positions = torch.full((rows,), prompt_len + step - 1, device=device)  # [rows]
@@ -150,6 +154,7 @@ def decode_branches(
                 reason = record_token(pick(logits[j], allowed), branch.tokens, stops)
                 branch.ended = reason in ("eos", "stop")
                 live[j] = reason is None
+            last_step_s = time.monotonic() - started
     finally:
         added = cache.get_seq_length() - past
         if added > 0:
