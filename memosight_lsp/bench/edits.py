@@ -24,6 +24,10 @@ greedy decoding; the tokens must be the same (`identical`; `samePrefixCutByTime`
 cut by maxWaitMs at different lengths and agree up to the shorter), and tokens per second of the
 rewrite (its decode, prefill apart) are reported with and without the window draft.
 
+`--llama-server URL`: the model's rewrite comes from that llama.cpp server instead (as the
+server's next edits with model.backend llama.cpp: completion/next_edit_remote.py); no local
+model is loaded and there are no speed rows. `--prompt-format` sets nextEdit.promptFormat.
+
 Prints JSON: per kind, cases, exact matches (share), proposals, latency p50/p90 of the whole
 prediction (prompt, prefill, rewrite, diff), tokens per pass, up to 4 missed cases (`examples`);
 overall rewrite tokens/s with the draft and plain, the speed-up, and how many compared rewrites
@@ -40,10 +44,11 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from memosight_lsp.backends.llama_cpp import LlamaCppBackend
 from memosight_lsp.bench import corpora
 from memosight_lsp.commands.common import EMBEDDED
 from memosight_lsp.completion.edit_history import EditHistory
@@ -54,6 +59,9 @@ from memosight_lsp.completion.next_edit import (
     NextEditRequest,
     rename_follow_up_edit,
 )
+from memosight_lsp.completion.next_edit_prompt import FAMILIES
+from memosight_lsp.completion.next_edit_remote import RemoteNextEditor
+from memosight_lsp.completion.remote import RemoteCompletionEngine
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 
@@ -204,7 +212,9 @@ def make_cases(
     return {kind: cases for kind, cases in chosen.items() if kind in kinds}  # the same samples
 
 
-def request_for(case: EditCase, max_wait_ms: int, plain: bool = False) -> NextEditRequest:
+def request_for(
+    case: EditCase, max_wait_ms: int, plain: bool = False, prompt_format: str = "auto"
+) -> NextEditRequest:
     history = EditHistory()
     history.opened(case.path, case.before)
     history.changed(case.path, case.after)
@@ -217,13 +227,23 @@ def request_for(case: EditCase, max_wait_ms: int, plain: bool = False) -> NextEd
         language_id="python",
         max_wait_ms=max_wait_ms,
         plain=plain,
+        prompt_format=prompt_format,
     )
 
 
-def predict(editor: NextEditor, request: NextEditRequest, model_only: bool) -> NextEdit:
-    """As the server answers: the rename follow-up when the edit was a rename, else the model."""
+def predict(
+    editor: NextEditor | RemoteNextEditor, request: NextEditRequest, model_only: bool
+) -> NextEdit:
+    """As the server answers: the rename follow-up when the edit was a rename, else the model
+    (an engine's failure: no edit, its reason)."""
     follow_up = None if model_only else rename_follow_up_edit(request)
-    return follow_up if follow_up is not None else editor.predict(request)
+    if follow_up is not None:
+        return follow_up
+    started = time.perf_counter()
+    result = editor.predict(request)
+    if isinstance(result, str):
+        return NextEdit(hunks=[], reason=result, total_ms=(time.perf_counter() - started) * 1000)
+    return result
 
 
 def applied(text: str, hunk: Hunk) -> str:
@@ -239,23 +259,39 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
-    loaded = load_model(None if args.model == EMBEDDED else args.model, device="cpu")
-    costs = SpeculativeDecoder().measure_costs(loaded.model, 512)
-    editor = NextEditor(loaded, costs)
+    editor: NextEditor | RemoteNextEditor
+    if args.llama_server:
+        engine = RemoteCompletionEngine(LlamaCppBackend(args.llama_server), timeout_s=30)
+        info = engine.connect()
+        if info is None:
+            raise OSError(f"no llama.cpp server at {args.llama_server}: {engine.health.message}")
+        model_name, costs, editor = f"{info.model} (llama.cpp)", None, RemoteNextEditor(engine)
+        args.plain_cases = 0  # the speed rows are the local decoder's
+    else:
+        loaded = load_model(None if args.model == EMBEDDED else args.model, device="cpu")
+        costs = SpeculativeDecoder().measure_costs(loaded.model, 512)
+        model_name, editor = loaded.name, NextEditor(loaded, costs)
     cases = make_cases(args.cases, args.seed, tuple(args.kinds.split(",")))
     kinds: dict[str, Any] = {}
     speed = {"draftTokens": 0, "draftMs": 0.0, "plainTokens": 0, "plainMs": 0.0}
     identical = compared = same_prefix = 0
     for kind, chosen in cases.items():
         latencies: list[float] = []
-        exact = proposed = by_rename = 0
+        prefills: list[float] = []
+        decodes: list[float] = []  # new tokens per second of the rewrites' decode
+        exact = proposed = by_rename = cut_by_time = 0
         passes: list[float] = []
         examples: list[dict[str, Any]] = []
         for i, case in enumerate(chosen):
-            result = predict(editor, request_for(case, args.max_wait_ms), args.model_only)
+            request = request_for(case, args.max_wait_ms, prompt_format=args.prompt_format)
+            result = predict(editor, request, args.model_only)
             by_rename += result.source == "rename"
             latencies.append(result.total_ms)
-            if result.new_tokens:
+            if result.source == "model" and result.new_tokens:
+                prefills.append(result.prefill_ms)
+                decodes.append(result.new_tokens / max(result.decode_ms, 1.0) * 1000)
+            cut_by_time += result.stop_reason in ("time", "deadline")
+            if result.new_tokens and result.forward_passes:  # an engine's are not counted
                 passes.append(result.new_tokens / max(1, result.forward_passes - 1))
             cursor = sum(len(line) for line in case.after.splitlines(True)[: case.cursor_line])
             nearest = next((h for h in result.hunks if h.start >= cursor), None)
@@ -280,10 +316,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "reason": result.reason,
                     }
                 )
-            if i < args.plain_cases:
+            if i < args.plain_cases and isinstance(editor, NextEditor):
                 if result.source != "model":  # the speed rows time the model's rewrite
-                    result = editor.predict(request_for(case, args.max_wait_ms))
-                plain = editor.predict(request_for(case, args.max_wait_ms, plain=True))
+                    result = editor.predict(request)
+                plain = editor.predict(replace(request, plain=True))
                 compared += 1
                 identical += plain.tokens == result.tokens
                 # Both cut by maxWaitMs at different lengths: the same greedy tokens up to the end
@@ -308,13 +344,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             else None,
             "latencyMsP50": percentile(latencies, 0.5),
             "latencyMsP90": percentile(latencies, 0.9),
+            # The model's rewrites: prefill (an engine's: to its first token), decode rate, and
+            # how many maxWaitMs cut short.
+            "prefillMsP50": percentile(prefills, 0.5),
+            "decodeTokensPerSecondP50": percentile(decodes, 0.5),
+            "cutByTime": cut_by_time,
             "tokensPerPass": round(statistics.mean(passes), 2) if passes else None,
             "examples": examples,
         }
     draft_rate = speed["draftTokens"] / (speed["draftMs"] / 1000) if speed["draftMs"] else None
     plain_rate = speed["plainTokens"] / (speed["plainMs"] / 1000) if speed["plainMs"] else None
     return {
-        "model": loaded.name,
+        "model": model_name,
+        "promptFormat": args.prompt_format,
         "seed": args.seed,
         "maxWaitMs": args.max_wait_ms,
         "modelOnly": args.model_only,
@@ -344,6 +386,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--model-only", action="store_true", help="no rename follow-up: the model answers all"
+    )
+    parser.add_argument(
+        "--llama-server", metavar="URL", help="rewrite through this llama.cpp server instead"
+    )
+    parser.add_argument(
+        "--prompt-format", default="auto", choices=("auto", *FAMILIES), help="nextEdit.promptFormat"
     )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
