@@ -97,6 +97,35 @@ return function(path)
     T.eq(s.text, ghost, "ghost text")
   end)
 
+  T.test("cycling walks the answer's items and wraps (one item: unchanged)", function()
+    ghost_at_return()
+    -- An early answer grows once decoding ends (memosight/completionUpdated) and is asked for
+    -- again, which starts the items over: hold the ghost still, after answers in flight land.
+    local refresh = require("memosight.refresh")
+    local ask_again = refresh.refresh
+    refresh.refresh = function() end
+    local ok, err = pcall(function()
+      T.sleep(500)
+      local first = T.truthy(memosight.ghost_text(), "ghost text")
+      local seen = { first }
+      for _ = 1, 8 do
+        memosight.cycle(1)
+        local now = T.truthy(memosight.ghost_text(), "ghost text while cycling")
+        if now == first then
+          break
+        end
+        seen[#seen + 1] = now
+      end
+      T.log(("# %d item(s): %s"):format(#seen, vim.inspect(seen)))
+      T.eq(first, memosight.ghost_text(), "back at the first item")
+      memosight.cycle(-1)
+      T.eq(seen[#seen], memosight.ghost_text(), "before the first: the last item")
+      T.eq(before[ROW], api.nvim_buf_get_lines(0, 0, -1, false)[ROW], "buffer untouched")
+    end)
+    refresh.refresh = ask_again
+    assert(ok, err)
+  end)
+
   T.test("accept inserts exactly the suggestion", function()
     local ghost = ghost_at_return()
     T.feed("<C-l>")

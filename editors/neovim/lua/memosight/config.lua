@@ -109,6 +109,9 @@ M.settings_schema = {
     kvRatio = "number",
     minPromptTokens = "number",
   },
+  nextEdit = {
+    promptFormat = { "auto", "chat", "plain", "zeta", "sweep" },
+  },
 }
 
 ---@param name string

@@ -379,13 +379,18 @@ function M.attach(bufnr)
     return
   end
   local group = api.nvim_create_augroup("memosight.next_edit." .. bufnr, { clear = true })
-  buffers[bufnr] = { augroup = group }
+  -- The text as loaded counts as asked about: with no edit there is nothing to follow up.
+  buffers[bufnr] = { augroup = group, asked_tick = api.nvim_buf_get_changedtick(bufnr) }
   -- Every change drops the proposal and cancels the question in flight: both were about the
   -- text before it.
   api.nvim_create_autocmd({ "TextChanged", "TextChangedI", "TextChangedP" }, {
     group = group,
     buffer = bufnr,
     callback = function()
+      local st = buffers[bufnr]
+      if st and st.asked_tick == api.nvim_buf_get_changedtick(bufnr) then
+        return -- no change since the last question (TextChanged can fire on entering a buffer)
+      end
       drop(bufnr)
       schedule(bufnr)
     end,
@@ -420,8 +425,10 @@ function M.attach(bufnr)
         if st.timer then
           st.timer:stop()
         end
+        if st.request then
+          st.asked_tick = nil -- its answer will not come: ask again on return
+        end
         cancel_request(st)
-        st.asked_tick = nil
       end
       drop(bufnr)
     end,
@@ -478,12 +485,6 @@ function M.dismiss(bufnr)
   end
   drop(bufnr)
   return true
-end
-
---- Asks at once, without the pause (for commands and tests).
----@param bufnr integer
-function M.request_now(bufnr)
-  request(bufnr)
 end
 
 return M
