@@ -266,8 +266,9 @@ async def test_a_rename_arrives_while_a_serving_engine_is_down(tiny_model_dir):
         buffer = Buffer(remote, "file:///r/remote.py", RENAMED, "python")
         answer = await buffer.next_edit(buffer.rename(1, 4, "total", "sum_all"))
         assert proposal_of(answer) == (3, 8, 13, "sum_all")
-        buffer.change((1, 14), (1, 15), "1")  # `= 0` -> `= 1`: no rename, the model path
+        buffer.change((1, 14), (1, 15), "1")  # `= 0` -> `= 1`: no rename, the engine's to answer
         answer = await buffer.next_edit((1, 15))
         assert answer["edits"] == [] and answer["source"] is None
+        assert answer["reason"].startswith("engine unavailable: ")  # down: said, not hung
     finally:
         await stop(remote)
