@@ -42,6 +42,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'compression.kvCompression', default: 'off' },
   { key: 'compression.kvRatio', default: 4 },
   { key: 'compression.minPromptTokens', default: 2048 },
+  { key: 'nextEdit.promptFormat', default: 'auto' },
 ];
 
 /** Server settings a workspace must not set (application scope in package.json): read from the

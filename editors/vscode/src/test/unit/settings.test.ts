@@ -32,6 +32,7 @@ const DEFAULTS = {
   },
   context: { budgetTokens: 1024, crossFile: true, crossFileShare: 35, similarSnippets: 4 },
   compression: { kvCompression: 'off', kvRatio: 4, minPromptTokens: 2048 },
+  nextEdit: { promptFormat: 'auto' },
 };
 
 describe('buildServerSettings', () => {
