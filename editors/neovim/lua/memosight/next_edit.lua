@@ -17,6 +17,8 @@
 local suggestion = require("memosight.suggestion")
 
 local api = vim.api
+local compat = require("memosight.compat")
+local client_call, cursor_in = compat.client_call, compat.cursor_in
 local uv = vim.uv or vim.loop
 
 local M = {}
@@ -68,14 +70,6 @@ end
 
 ---@type table<integer, memosight.NextEditState>
 local buffers = {}
-
----@param client vim.lsp.Client
-local function client_call(client, method, ...)
-  if vim.fn.has("nvim-0.11") == 1 then
-    return client[method](client, ...)
-  end
-  return client[method](...)
-end
 
 ---@param value any
 ---@return boolean
@@ -175,17 +169,6 @@ function M.choose(bufnr, result, encoding, tick, cursor)
     chosen.source = result.source
   end
   return chosen
-end
-
---- Cursor of the current window as {row, col}, 0-based, when it shows `bufnr`.
----@param bufnr integer
----@return integer[]?
-local function cursor_in(bufnr)
-  if api.nvim_get_current_buf() ~= bufnr then
-    return nil
-  end
-  local cursor = api.nvim_win_get_cursor(0)
-  return { cursor[1] - 1, cursor[2] }
 end
 
 ---@return boolean

@@ -5,6 +5,8 @@
 local suggestion = require("memosight.suggestion")
 
 local api = vim.api
+local compat = require("memosight.compat")
+local client_call, cursor_in = compat.client_call, compat.cursor_in
 local uv = vim.uv or vim.loop
 
 local M = {}
@@ -34,14 +36,6 @@ local buffers = {}
 ---@return boolean
 function M.available()
   return true
-end
-
----@param client vim.lsp.Client
-local function client_call(client, method, ...)
-  if vim.fn.has("nvim-0.11") == 1 then
-    return client[method](client, ...)
-  end
-  return client[method](...)
 end
 
 ---@param bufnr integer
@@ -77,17 +71,6 @@ local function draw(s)
     virt_lines = #virt_lines > 0 and virt_lines or nil,
     hl_mode = "combine",
   })
-end
-
---- Cursor of the window showing `bufnr` as {row, col}, 0-based; nil when not the current one.
----@param bufnr integer
----@return integer[]?
-local function cursor_in(bufnr)
-  if api.nvim_get_current_buf() ~= bufnr then
-    return nil
-  end
-  local cursor = api.nvim_win_get_cursor(0)
-  return { cursor[1] - 1, cursor[2] }
 end
 
 ---@param bufnr integer
