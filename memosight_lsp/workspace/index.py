@@ -407,9 +407,10 @@ class WorkspaceIndex:
         self, path: str | Path | None, text: str, language_id: str | None = None
     ) -> FileSymbols | None:
         """Symbols of a document's current text, from the index when it matches, else parsed."""
-        spec = for_content(language_for(path, language_id), path, text)
+        spec = language_for(path, language_id)
         if spec is None:
             return None
+        spec = for_content(spec, path, text)
         rel = self.relpath(path) if path is not None else "<unsaved>"
         data = text.encode("utf-8")
         digest = content_digest(data)

@@ -304,11 +304,9 @@ _CPP_ONLY = re.compile(
 HEADER_SNIFF_BYTES = 65_536  # how much of a header is looked at
 
 
-def for_content(
-    spec: LanguageSpec | None, path: str | PurePath | None, text: str | bytes
-) -> LanguageSpec | None:
+def for_content(spec: LanguageSpec, path: str | PurePath | None, text: str | bytes) -> LanguageSpec:
     """`spec` (language_for's answer) corrected by the text: a .h header written in C++ is C++."""
-    if spec is None or spec.name != "c" or path is None or PurePath(path).suffix.lower() != ".h":
+    if spec.name != "c" or path is None or PurePath(path).suffix.lower() != ".h":
         return spec
     head = text[:HEADER_SNIFF_BYTES]
     data = head.encode("utf-8", "surrogatepass") if isinstance(head, str) else head
