@@ -95,6 +95,10 @@ def test_alternatives_never_hold_the_first_item_past_its_deadline():
     assert alternatives_until(now + 100, lambda: now + 0.01, answered=False) <= now + 0.01
     assert now < alternatives_until(now + 100, None, answered=False) <= now + 1
     assert alternatives_until(now, None, answered=False) == now  # nor past the stop time
+    # At most a tenth of what the request took so far: 200 ms spent leaves them 20 ms.
+    until = alternatives_until(now + 100, None, answered=False, spent_s=0.2)
+    assert now < until <= time.monotonic() + 0.02
+    assert alternatives_until(now + 100, None, answered=False, spent_s=0.0) <= time.monotonic()
 
 
 def test_the_setting_is_validated():

@@ -54,9 +54,12 @@ if TYPE_CHECKING:
 MAX_DRAFT_BUFFER_TOKENS = 65_536
 # Alternatives (engine/branches.py): most tokens of one, its first included (where the model
 # hesitated at the start; the greedy item carries the long suggestion), and the most time their
-# decode takes after the greedy one, in ms (bounded by the first-response deadline as well).
+# decode takes after the greedy one: ALTERNATIVES_MS, and for a request with a first-response
+# deadline no more than ALTERNATIVES_SHARE of the time it took until then (the items after the
+# first cost at most a tenth more than one item: issue 28), nor past that deadline.
 ALTERNATIVE_TOKENS = 8
 ALTERNATIVES_MS = 60.0
+ALTERNATIVES_SHARE = 0.1
 
 # Called on the worker with what a completion still decoding has verified (Completion.text).
 PartialListener = Callable[["Completion"], None]
@@ -503,7 +506,10 @@ class CompletionEngine:
             def branch_until(greedy: Sequence[int]) -> float:
                 if not postprocess.finish(generated_text(greedy), situation, multiline):
                     return -math.inf  # no first item: no others are shown
-                return alternatives_until(stop_at, first_due, answered=bool(shown))
+                # With a first-response deadline the answer's time counts: a tenth of it at
+                # most. Without one (firstResponseMs 0) the whole answer was asked for.
+                spent_s = math.inf if first_due is None else time.perf_counter() - started
+                return alternatives_until(stop_at, first_due, answered=bool(shown), spent_s=spent_s)
 
             branches = BranchRules(
                 count=request.alternatives - 1, max_tokens=ALTERNATIVE_TOKENS, until=branch_until
@@ -712,14 +718,18 @@ class CompletionEngine:
         return "the model suggested nothing useful here (empty after trimming)"
 
 
-def alternatives_until(stop_at: float, deadline: Deadline | None, *, answered: bool) -> float:
-    """The time.monotonic() by which alternatives are decoded, once the greedy decode has ended:
-    never for a request already answered early (its response is out: they could not be in it),
-    else at most ALTERNATIVES_MS, and no later than its first-response deadline (the first item
-    is never held past it for them) nor its stop time."""
+def alternatives_until(
+    stop_at: float, deadline: Deadline | None, *, answered: bool, spent_s: float = math.inf
+) -> float:
+    """The time.monotonic() by which alternatives are decoded, once the greedy decode has ended
+    `spent_s` after the request started: never for a request already answered early (its
+    response is out: they could not be in it), else at most ALTERNATIVES_MS and
+    ALTERNATIVES_SHARE of `spent_s`, and no later than its first-response deadline (the first
+    item is never held past it for them) nor its stop time."""
     if answered:
         return -math.inf
-    until = min(time.monotonic() + ALTERNATIVES_MS / 1000, stop_at)
+    room_s = min(ALTERNATIVES_MS / 1000, ALTERNATIVES_SHARE * spent_s)
+    until = min(time.monotonic() + room_s, stop_at)
     if deadline is not None:
         until = min(until, deadline() if callable(deadline) else deadline)
     return until

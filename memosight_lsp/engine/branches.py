@@ -13,10 +13,10 @@ The rule:
   decoder keeps for the buffer is the one greedy decoding left.
 - A branch stops like greedy decoding does (stop tokens, the text-level stop rule) or at
   BranchRules.max_tokens. All stop before a step that would end past BranchRules.until(greedy
-  tokens), judged by the last step's time; it is asked once when branching would start (the
-  caller puts its first-response deadline and a time cap there, and skips branching where the
-  greedy text trims to nothing: no first item, no others). Nothing branches after a cancelled or
-  timed-out decode.
+  tokens), judged by the last step's time (the first step by a greedy step's); it is asked once
+  when branching would start (the caller puts its first-response deadline and a time cap there,
+  and skips branching where the greedy text trims to nothing: no first item, no others).
+  Nothing branches after a cancelled or timed-out decode.
 - It runs after the greedy tokens are final and touches neither them nor the kept cache's
   contents: the first item is the same with alternatives on or off.
 """
@@ -71,6 +71,7 @@ def branch_off(
             run=run,
             until=until,
             device=device,
+            step_s=run.step_seconds(),
         )
     result.stats["alternativesMs"] = round((time.perf_counter() - started) * 1000, 2)
 
@@ -125,10 +126,12 @@ def decode_branches(
     run: Run,
     until: float,
     device: Any,
+    step_s: float = 0.0,
 ) -> list[Branch]:
     """Each first token continued greedily (under run.allowed_tokens), every branch a row of one
     pass per step, until all ended or the next step would end past `until` (time.monotonic(),
-    judged by the last step's time). The cache is as it was after."""
+    judged by the last step's time; before the first, by `step_s`: a greedy step's). The cache
+    is as it was after."""
     branches = [Branch(tokens=[]) for _ in firsts]
     live: list[bool] = []
     for branch, token in zip(branches, firsts, strict=True):
@@ -138,7 +141,7 @@ def decode_branches(
     past = cache.get_seq_length()
     rows = len(branches)
     step = 0
-    last_step_s = 0.0  # a step is begun only when one as long as the last one ends by `until`
+    last_step_s = step_s  # a step is begun only when one as long as the last one ends by `until`
     try:
         while any(live) and time.monotonic() + last_step_s < until:
             started = time.monotonic()

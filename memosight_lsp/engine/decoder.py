@@ -288,6 +288,14 @@ class Run:
         """The greedy tokens are final: what follows (alternatives) is off the decode's clock."""
         self._decoded = time.perf_counter()
 
+    def step_seconds(self) -> float:
+        """The mean time of one decoding pass so far (0 before the first): what a pass of a
+        few more rows (alternatives, engine/branches.py) is expected to take."""
+        steps = self.result.forward_passes - 1  # the first pass is the prompt's prefill
+        if not self._prefilled or steps < 1:
+            return 0.0
+        return ((self._decoded or time.perf_counter()) - self._prefilled) / steps
+
     def finish(self) -> None:
         """Decoding is over: time it, then keep the buffer's cache (outside the timing)."""
         if self._prefilled:
