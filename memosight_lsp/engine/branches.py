@@ -13,9 +13,10 @@ The rule:
   decoder keeps for the buffer is the one greedy decoding left.
 - A branch stops like greedy decoding does (stop tokens, the text-level stop rule) or at
   BranchRules.max_tokens. All stop before a step that would end past BranchRules.until(greedy
-  tokens), judged by the last step's time (the first step by a greedy step's); it is asked once
-  when branching would start (the caller puts its first-response deadline and a time cap there,
-  and skips branching where the greedy text trims to nothing: no first item, no others).
+  tokens), judged by the last step's time (the first by a greedy step's or the last request's
+  step of alternatives, the longer); it is asked once when branching would start (the caller
+  puts its first-response deadline and a time cap there, and skips branching where the greedy
+  text trims to nothing: no first item, no others).
   Nothing branches after a cancelled or timed-out decode.
 - It runs after the greedy tokens are final and touches neither them nor the kept cache's
   contents: the first item is the same with alternatives on or off.
@@ -130,8 +131,8 @@ def decode_branches(
 ) -> list[Branch]:
     """Each first token continued greedily (under run.allowed_tokens), every branch a row of one
     pass per step, until all ended or the next step would end past `until` (time.monotonic(),
-    judged by the last step's time; before the first, by `step_s`: a greedy step's). The cache
-    is as it was after."""
+    judged by the last step's time; before the first, by `step_s` (a greedy step's) or the last
+    request's step, the longer). The cache is as it was after."""
     branches = [Branch(tokens=[]) for _ in firsts]
     live: list[bool] = []
     for branch, token in zip(branches, firsts, strict=True):
@@ -141,7 +142,9 @@ def decode_branches(
     past = cache.get_seq_length()
     rows = len(branches)
     step = 0
-    last_step_s = step_s  # a step is begun only when one as long as the last one ends by `until`
+    # A step is begun only when one as long as the last one ends by `until`; before the first,
+    # the longer of a greedy step and the last request's step of alternatives.
+    last_step_s = max(step_s, getattr(trunk, "branch_step_s", 0.0))
     try:
         while any(live) and time.monotonic() + last_step_s < until:
             started = time.monotonic()
@@ -158,6 +161,7 @@ def decode_branches(
                 branch.ended = reason in ("eos", "stop")
                 live[j] = reason is None
             last_step_s = time.monotonic() - started
+            trunk.branch_step_s = last_step_s
     finally:
         added = cache.get_seq_length() - past
         if added > 0:

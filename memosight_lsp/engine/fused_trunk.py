@@ -132,6 +132,9 @@ class HFTrunk:
         self.additive_mask = getattr(model.config, "_attn_implementation", "eager") == "eager"
         self.mask_min = torch.finfo(dtype).min
         self.dtype = dtype
+        # How long the last pass of alternatives took (engine/branches.py): a masked pass of a
+        # few rows can cost several one-token steps, and the next request plans with it.
+        self.branch_step_s = 0.0
 
     @torch.inference_mode()
     def __call__(
