@@ -60,6 +60,30 @@ def test_the_next_use_renamed_is_one_minimal_edit():
     assert hunk.start == RENAMED_DEF.index("prefixed_lines.append(prefix)")
 
 
+def test_a_change_unrelated_to_the_recent_edits_is_dropped():
+    recent = edited(WINDOW, RENAMED_DEF)  # prefixed_lines -> out at the definition
+    # The next use renamed, beside a change of the model's own (a default argument): only the
+    # rename carries on what the user did.
+    rewrite = RENAMED_DEF.replace("prefixed_lines.append(prefix)", "out.append(prefix)")
+    rewrite = rewrite.replace("predicate=None", "predicate=str.isspace")
+    hunks, reason = proposals(RENAMED_DEF, rewrite, True, recent[-1], recent)
+    assert reason is None
+    assert [(RENAMED_DEF[h.start : h.end], h.new_text) for h in hunks] == [
+        ("prefixed_lines", "out")
+    ]
+    alone = RENAMED_DEF.replace("predicate=None", "predicate=str.isspace")
+    assert proposals(RENAMED_DEF, alone, True, recent[-1], recent) == (
+        [],
+        "dropped: unrelated to the recent edits",
+    )
+    # Without the recent edits (a caller that has none) nothing is judged by them.
+    assert proposals(RENAMED_DEF, alone, True, recent[-1])[1] is None
+    # Punctuation: related when it is the text the user typed.
+    comma = edited("f(a)\nf(b)\n", "f(a,)\nf(b)\n")
+    hunks, reason = proposals("f(a,)\nf(b)\n", "f(a,)\nf(b,)\n", True, comma[-1], comma)
+    assert reason is None and [h.new_text for h in hunks] == [","]
+
+
 def test_an_unchanged_rewrite_proposes_nothing():
     assert proposals(RENAMED_DEF, RENAMED_DEF, True, None) == ([], "no edit predicted")
 

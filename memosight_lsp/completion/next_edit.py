@@ -7,7 +7,8 @@ accepts many tokens. The answer is the minimal edits between the old window and 
 (difflib on lines, then the changed lines cut to the characters that differ), minus what is
 not worth proposing (`refusal`): a change of whitespace only, a deletion of more than
 MAX_DELETED_LINES lines, a change of more than MAX_CHANGED_LINES lines, the user's last edit
-undone, or more than MAX_HUNKS changes at once.
+undone, a change that shares no word with the recent edits (`unrelated`), or more than
+MAX_HUNKS changes at once.
 
 Before any model: when the last edit renamed an identifier, the next place still using the old
 name is the answer, with no model call (rename_follow_up.py; `rename_follow_up_edit`); the
@@ -23,6 +24,7 @@ model here (NextEditor), or a serving engine (next_edit_remote.py).
 from __future__ import annotations
 
 import difflib
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ LINES_BEFORE = 8  # of the window, above the cursor or the last edit, whichever 
 MAX_DELETED_LINES = 3
 MAX_CHANGED_LINES = 6  # old lines one change may rewrite: a next edit is small
 MAX_HUNKS = 4
+WORD = re.compile(r"\w+")  # identifiers, numbers, the words of strings
 MARGIN_TOKENS = 16  # beyond the window's tokens (plus a quarter of them) the rewrite may grow
 STOP_TAIL_TOKENS = 12  # the end marker is looked for in the last tokens' text
 MAX_DRAFT = 64  # draft tokens per pass: a copy is long and likely
@@ -182,7 +185,9 @@ def finish(result: NextEdit, request: NextEditRequest, window: Window) -> NextEd
     result.first_line, result.end_line = window.first, window.end
     result.window_start, result.window_end = window.start, window.stop
     last = request.edits[-1] if request.edits else None
-    hunks, result.reason = proposals(window.text, result.rewrite, result.complete, last)
+    hunks, result.reason = proposals(
+        window.text, result.rewrite, result.complete, last, request.edits
+    )
     original = window.stop - window.start
     result.hunks = [
         Hunk(window.start + min(h.start, original), window.start + min(h.end, original), h.new_text)
@@ -242,11 +247,29 @@ def refusal(old: str, new: str, last: Edit | None) -> str | None:
     return None
 
 
+def unrelated(old_block: str, new_block: str, recent: Sequence[Edit]) -> bool:
+    """Whether a changed block has nothing to do with the recent edits: no word it adds or
+    removes is a word of their changed text (for a change of punctuation only: its text is in
+    none of them). A next edit carries on what the user did (a name, a string, a parameter); a
+    change that shares nothing with it is the model's own idea of better code, and the editor
+    would show it after every pause."""
+    changed = set(WORD.findall(old_block)) ^ set(WORD.findall(new_block))
+    theirs: set[str] = set()
+    for edit in recent:
+        theirs |= set(WORD.findall(edit.old)) | set(WORD.findall(edit.new))
+    if changed:
+        return not changed & theirs
+    diff = trim(0, old_block, new_block)
+    text = (old_block[diff.start : diff.end] + diff.new_text).strip()
+    return not any(text in edit.old + edit.new for edit in recent)
+
+
 def proposals(
-    old: str, new: str, complete: bool, last: Edit | None
+    old: str, new: str, complete: bool, last: Edit | None, recent: Sequence[Edit] = ()
 ) -> tuple[list[Hunk], str | None]:
     """The minimal edits from the old window to the rewrite worth proposing (offsets in `old`),
-    and why there are none when there are none."""
+    and why there are none when there are none. With `recent` (the buffer's recent edits),
+    changes unrelated to them are dropped too."""
     blocks = line_hunks(old, new, complete)
     if not blocks:
         return [], "no edit predicted" if complete else "the rewrite was cut short unchanged"
@@ -256,6 +279,8 @@ def proposals(
     reasons: list[str] = []
     for start, _end, old_block, new_block in blocks:
         why = refusal(old_block, new_block, last)
+        if why is None and recent and unrelated(old_block, new_block, recent):
+            why = "unrelated to the recent edits"
         if why is None:
             kept.append(trim(start, old_block, new_block))
         else:
