@@ -160,6 +160,18 @@ async def stats(client: LanguageClient) -> dict:
     return plain(await client.protocol.send_request_async("memosight/stats", {}))
 
 
+async def next_edit(client: LanguageClient, uri: str, line: int, character: int) -> dict:
+    """memosight/nextEdit at a position, as plain JSON."""
+    params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}
+    return plain(await client.protocol.send_request_async("memosight/nextEdit", params))
+
+
+def in_document(position: dict, lines: list[str]) -> bool:
+    """Whether an LSP position {line, character} lies in a document of these lines."""
+    line, character = position["line"], position["character"]
+    return 0 <= line < len(lines) + 1 and 0 <= character <= len([*lines, ""][line])
+
+
 async def context(client: LanguageClient, uri: str, line: int, character: int) -> dict:
     params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}
     return plain(await client.protocol.send_request_async("memosight/context", params))

@@ -12,14 +12,13 @@ import time
 import pytest
 import pytest_asyncio
 from engines import QWEN_GGUF, EngineProcess, llama_server
-from lsp_session import edit, open_doc, start, stats, stop
+from lsp_session import edit, in_document, next_edit, open_doc, start, stats, stop
 
 from memosight_lsp.backends.llama_cpp import LlamaCppBackend
 from memosight_lsp.completion.edit_history import EditHistory
 from memosight_lsp.completion.next_edit import NextEdit, NextEditRequest, rewrite_budget
 from memosight_lsp.completion.next_edit_remote import RemoteNextEditor
 from memosight_lsp.completion.remote import RemoteCompletionEngine
-from memosight_lsp.server.features import plain
 
 pytestmark = pytest.mark.slow
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -51,16 +50,6 @@ async def client(engine):
     client = await start("neovim", options)
     yield client
     await stop(client)
-
-
-async def next_edit(client, uri: str, line: int, character: int) -> dict:
-    params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}
-    return plain(await client.protocol.send_request_async("memosight/nextEdit", params))
-
-
-def in_document(position: dict, lines: list[str]) -> bool:
-    line, character = position["line"], position["character"]
-    return 0 <= line < len(lines) + 1 and 0 <= character <= len([*lines, ""][line])
 
 
 @in_module_loop

@@ -11,10 +11,18 @@ import time
 
 import pytest
 import pytest_asyncio
-from lsp_session import edit, open_doc, raw_request, start, stats, stop, tiny_options
+from lsp_session import (
+    edit,
+    in_document,
+    next_edit,
+    open_doc,
+    raw_request,
+    start,
+    stats,
+    stop,
+    tiny_options,
+)
 from pygls.exceptions import JsonRpcException
-
-from memosight_lsp.server.features import plain
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -34,16 +42,6 @@ async def client(tiny_model_dir):
     client = await start("neovim", {**options, "languages": {"markdown": False}})
     yield client
     await stop(client)
-
-
-async def next_edit(client, uri: str, line: int, character: int) -> dict:
-    params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}
-    return plain(await client.protocol.send_request_async("memosight/nextEdit", params))
-
-
-def in_document(position: dict, lines: list[str]) -> bool:
-    line, character = position["line"], position["character"]
-    return 0 <= line < len(lines) + 1 and 0 <= character <= len([*lines, ""][line])
 
 
 async def test_after_an_edit_the_model_answer_is_bounded_and_well_formed(client):
