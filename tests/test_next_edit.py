@@ -78,6 +78,20 @@ def test_a_change_unrelated_to_the_recent_edits_is_dropped():
     )
     # Without the recent edits (a caller that has none) nothing is judged by them.
     assert proposals(RENAMED_DEF, alone, True, recent[-1])[1] is None
+    # A call site of the function whose parameter was removed: its name is on the edited line.
+    removed = edited(
+        "def area(w, h, unit):\n    pass\narea(2, 3, 'cm')\n",
+        "def area(w, h):\n    pass\narea(2, 3, 'cm')\n",
+    )
+    hunks, reason = proposals(
+        "def area(w, h):\n    pass\narea(2, 3, 'cm')\n",
+        "def area(w, h):\n    pass\narea(2, 3)\n",
+        True,
+        removed[-1],
+        removed,
+        frozenset({"def", "pass"}),
+    )
+    assert reason is None and [h.new_text for h in hunks] == [""]
     # Punctuation: related when it is the text the user typed.
     comma = edited("f(a)\nf(b)\n", "f(a,)\nf(b)\n")
     hunks, reason = proposals("f(a,)\nf(b)\n", "f(a,)\nf(b,)\n", True, comma[-1], comma)

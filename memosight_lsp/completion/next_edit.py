@@ -36,6 +36,7 @@ from memosight_lsp.engine.edit_draft import WindowDraft
 from memosight_lsp.engine.greedy import GreedyDecoder
 from memosight_lsp.engine.loading import LoadedModel
 from memosight_lsp.engine.speculative import SpeculativeDecoder
+from memosight_lsp.workspace.languages import language_for
 
 from .edit_history import Edit
 from .next_edit_prompt import NextEditPrompt, build_next_edit_prompt, tokenizer_traits
@@ -185,8 +186,10 @@ def finish(result: NextEdit, request: NextEditRequest, window: Window) -> NextEd
     result.first_line, result.end_line = window.first, window.end
     result.window_start, result.window_end = window.start, window.stop
     last = request.edits[-1] if request.edits else None
+    spec = language_for(request.path, request.language_id)
+    keywords = spec.keywords if spec is not None else frozenset()
     hunks, result.reason = proposals(
-        window.text, result.rewrite, result.complete, last, request.edits
+        window.text, result.rewrite, result.complete, last, request.edits, keywords
     )
     original = window.stop - window.start
     result.hunks = [
@@ -247,16 +250,24 @@ def refusal(old: str, new: str, last: Edit | None) -> str | None:
     return None
 
 
-def unrelated(old_block: str, new_block: str, recent: Sequence[Edit]) -> bool:
-    """Whether a changed block has nothing to do with the recent edits: no word it adds or
-    removes is a word of their changed text (for a change of punctuation only: its text is in
-    none of them). A next edit carries on what the user did (a name, a string, a parameter); a
-    change that shares nothing with it is the model's own idea of better code, and the editor
+def unrelated(
+    old_block: str, new_block: str, recent: Sequence[Edit], keywords: frozenset[str] = frozenset()
+) -> bool:
+    """Whether a changed block has nothing to do with the recent edits. Related: a word it adds
+    or removes is a word of their changed text (a name, a string carried on), or its lines name
+    what the edited lines name (a call site of the function whose parameters changed), keywords
+    of the language aside; for a change of punctuation only, its text is in one of them. A
+    change that shares nothing with them is the model's own idea of better code, and the editor
     would show it after every pause."""
     changed = set(WORD.findall(old_block)) ^ set(WORD.findall(new_block))
     theirs: set[str] = set()
+    named: set[str] = set()
     for edit in recent:
         theirs |= set(WORD.findall(edit.old)) | set(WORD.findall(edit.new))
+        named |= set(WORD.findall(edit.after))
+    named = {word for word in named - keywords if len(word) > 1 and not word.isdigit()}
+    if named & set(WORD.findall(old_block)):
+        return False
     if changed:
         return not changed & theirs
     diff = trim(0, old_block, new_block)
@@ -265,7 +276,12 @@ def unrelated(old_block: str, new_block: str, recent: Sequence[Edit]) -> bool:
 
 
 def proposals(
-    old: str, new: str, complete: bool, last: Edit | None, recent: Sequence[Edit] = ()
+    old: str,
+    new: str,
+    complete: bool,
+    last: Edit | None,
+    recent: Sequence[Edit] = (),
+    keywords: frozenset[str] = frozenset(),
 ) -> tuple[list[Hunk], str | None]:
     """The minimal edits from the old window to the rewrite worth proposing (offsets in `old`),
     and why there are none when there are none. With `recent` (the buffer's recent edits),
@@ -279,7 +295,7 @@ def proposals(
     reasons: list[str] = []
     for start, _end, old_block, new_block in blocks:
         why = refusal(old_block, new_block, last)
-        if why is None and recent and unrelated(old_block, new_block, recent):
+        if why is None and recent and unrelated(old_block, new_block, recent, keywords):
             why = "unrelated to the recent edits"
         if why is None:
             kept.append(trim(start, old_block, new_block))
