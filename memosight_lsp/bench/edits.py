@@ -65,9 +65,12 @@ from memosight_lsp.completion.remote import RemoteCompletionEngine
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 
-KINDS = ("rename", "string", "control")
+KINDS = ("rename", "string", "callsite", "control")
 MAX_FUNCTION_LINES = 60
 MAX_USE_DISTANCE = 15  # lines between the edit and the expected edit: within the window
+# Lines from an edited definition to a call the window still reaches (it starts 8 lines above
+# the edit and holds 30: next_edit.WINDOW_LINES).
+MAX_CALL_DISTANCE = 21
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,6 +195,67 @@ def string_cases(path: str, text: str, tree: ast.AST) -> Iterator[EditCase]:
             )
 
 
+def callsite_cases(path: str, text: str, tree: ast.AST) -> Iterator[EditCase]:
+    """callsite: the last parameter of a function or method removed at its definition; the
+    expected edit is the same argument removed at the nearest call below it (`name(...)`, or
+    `x.name(...)` for a method: self / cls not passed), positional arguments only, the last two
+    on one line, within the window's reach."""
+    lines = text.splitlines(keepends=True)
+    calls = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Name | ast.Attribute)
+        and not n.keywords
+        and len(n.args) >= 2
+        and not any(isinstance(a, ast.Starred) for a in n.args)
+        and n.args[-2].end_lineno == n.args[-1].end_lineno == n.args[-1].lineno
+    ]
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        params = func.args
+        if params.vararg or params.kwarg or params.kwonlyargs or params.defaults:
+            continue
+        names = params.posonlyargs + params.args
+        method = bool(names) and names[0].arg in ("self", "cls")
+        passed = len(names) - method
+        if passed < 2 or names[-2].lineno != names[-1].lineno:
+            continue
+        below = [
+            c
+            for c in calls
+            if _calls(c, func.name, method)
+            and len(c.args) == passed
+            and func.lineno < c.lineno <= func.lineno + MAX_CALL_DISTANCE
+        ]
+        if not below:
+            continue
+        call = min(below, key=lambda c: (c.lineno, c.col_offset))
+        last, before_last = names[-1], names[-2]
+        cut = offset_of(lines, before_last.lineno, before_last.end_col_offset or 0)
+        cut_end = offset_of(lines, last.lineno, last.end_col_offset or 0)
+        start = offset_of(lines, call.args[-2].lineno, call.args[-2].end_col_offset or 0)
+        stop = offset_of(lines, call.args[-1].lineno, call.args[-1].end_col_offset or 0)
+        shift = cut_end - cut  # the removed parameter comes before the call
+        yield EditCase(
+            kind="callsite",
+            path=path,
+            before=text,
+            after=text[:cut] + text[cut_end:],
+            cursor_line=before_last.lineno - 1,
+            cursor=cut,
+            expected=Hunk(start - shift, stop - shift, ""),
+        )
+
+
+def _calls(call: ast.Call, name: str, method: bool) -> bool:
+    """Whether `call` calls the function `name` (a method: through an attribute)."""
+    if method:
+        return isinstance(call.func, ast.Attribute) and call.func.attr == name
+    return isinstance(call.func, ast.Name) and call.func.id == name
+
+
 def make_cases(
     per_kind: int, seed: int, kinds: tuple[str, ...] = KINDS
 ) -> dict[str, list[EditCase]]:
@@ -205,7 +269,12 @@ def make_cases(
             except SyntaxError:
                 continue
             name = f"{project.key}/{path.relative_to(root)}"
-            for case in [*rename_cases(name, text, tree), *string_cases(name, text, tree)]:
+            found_here = [
+                *rename_cases(name, text, tree),
+                *string_cases(name, text, tree),
+                *callsite_cases(name, text, tree),
+            ]
+            for case in found_here:
                 found[case.kind].append(case)
     rng = random.Random(seed)
     chosen = {kind: rng.sample(cases, min(per_kind, len(cases))) for kind, cases in found.items()}
