@@ -160,7 +160,17 @@ def test_a_forward_pass_failing_mid_decode_answers_empty_and_the_next_one_is_who
         assert session.inline(uri, *CURSOR) is None
     finally:
         control.unlink()
-    assert len(session.server.log_lines(f"injected fault fired: {order.split('-')[0]}")) == 1
+    # The server's stderr is read on a thread of its own: its lines may trail the answer.
+    fired = f"injected fault fired: {order.split('-')[0]}"
+    session.wait_until(
+        lambda: (
+            session.server.log_lines(fired)
+            and session.server.log_lines(f"completion failed ({error}")
+        ),
+        timeout=10,
+        what="the fault's log lines",
+    )
+    assert len(session.server.log_lines(fired)) == 1
     failed = session.server.log_lines(f"completion failed ({error}")
     assert len(failed) == 1 and "answered empty" in failed[0]
     assert session.stats()["errors"] == errors + 1
