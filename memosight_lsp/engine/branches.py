@@ -144,7 +144,7 @@ def decode_branches(
     step = 0
     # A step is begun only when one as long as the last one ends by `until`; before the first,
     # the longer of a greedy step and the last request's step of alternatives.
-    last_step_s = max(step_s, getattr(trunk, "branch_step_s", 0.0))
+    last_step_s = max(step_s, trunk.branch_step_s)
     try:
         while any(live) and time.monotonic() + last_step_s < until:
             started = time.monotonic()
