@@ -172,6 +172,45 @@ def in_document(position: dict, lines: list[str]) -> bool:
     return 0 <= line < len(lines) + 1 and 0 <= character <= len([*lines, ""][line])
 
 
+# A buffer where `[]` becomes `list()` typed key by key: an edit that is no rename, so the
+# model's (or engine's) rewrite answers memosight/nextEdit.
+NEXT_EDIT_DOC = (
+    "def scale(values, factor):\n"
+    "    result = []\n"
+    "    for value in values:\n"
+    "        result.append(value * factor)\n"
+    "    return result\n"
+)
+NEXT_EDIT_TYPED = NEXT_EDIT_DOC.replace("    result = []", "    result = list()")
+
+
+async def next_edit_after_typing(
+    client: LanguageClient, uri: str, timeout: float
+) -> tuple[dict, float]:
+    """NEXT_EDIT_DOC opened, `list()` typed over `[]` key by key, then memosight/nextEdit at the
+    end of it: the answer and the seconds it took."""
+    open_doc(client, uri, NEXT_EDIT_DOC)
+    edit(client, uri, 2, (1, 13), (1, 15), "")
+    for i, char in enumerate("list()"):
+        edit(client, uri, 3 + i, (1, 13 + i), (1, 13 + i), char)
+    started = time.monotonic()
+    answer = await asyncio.wait_for(next_edit(client, uri, 1, 19), timeout)
+    return answer, time.monotonic() - started
+
+
+def assert_well_formed_next_edit(answer: dict, text: str) -> None:
+    """The window and every edit lie in the document, ranges in order; edits or a reason."""
+    lines = text.split("\n")
+    assert in_document(answer["window"]["start"], lines)
+    assert in_document(answer["window"]["end"], lines)
+    for proposal in answer["edits"]:
+        assert isinstance(proposal["newText"], str)
+        start, end = proposal["range"]["start"], proposal["range"]["end"]
+        assert in_document(start, lines) and in_document(end, lines)
+        assert (start["line"], start["character"]) <= (end["line"], end["character"])
+    assert answer["edits"] or answer["reason"]
+
+
 async def context(client: LanguageClient, uri: str, line: int, character: int) -> dict:
     params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}
     return plain(await client.protocol.send_request_async("memosight/context", params))

@@ -12,7 +12,18 @@ import time
 import pytest
 import pytest_asyncio
 from engines import QWEN_GGUF, EngineProcess, llama_server
-from lsp_session import edit, in_document, next_edit, open_doc, start, stats, stop
+from lsp_session import (
+    NEXT_EDIT_DOC,
+    NEXT_EDIT_TYPED,
+    assert_well_formed_next_edit,
+    edit,
+    next_edit,
+    next_edit_after_typing,
+    open_doc,
+    start,
+    stats,
+    stop,
+)
 
 from memosight_lsp.backends.llama_cpp import LlamaCppBackend
 from memosight_lsp.completion.edit_history import EditHistory
@@ -23,13 +34,6 @@ from memosight_lsp.completion.remote import RemoteCompletionEngine
 pytestmark = pytest.mark.slow
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
 
-DOC = (
-    "def scale(values, factor):\n"
-    "    result = []\n"
-    "    for value in values:\n"
-    "        result.append(value * factor)\n"
-    "    return result\n"
-)
 MAX_WAIT_MS = 20_000
 MARGIN_S = 5.0  # the request's own overhead on top of maxWaitMs, on a busy 2-core machine
 
@@ -54,28 +58,15 @@ async def client(engine):
 
 @in_module_loop
 async def test_a_next_edit_comes_from_the_engine_well_formed_and_in_time(client):
-    uri = "file:///r/scale.py"
-    open_doc(client, uri, DOC)
-    # No rename: `[]` becomes `list()`, typed key by key; the engine's rewrite answers.
-    edit(client, uri, 2, (1, 13), (1, 15), "")
-    for i, char in enumerate("list()"):
-        edit(client, uri, 3 + i, (1, 13 + i), (1, 13 + i), char)
-    started = time.monotonic()
-    answer = await asyncio.wait_for(next_edit(client, uri, 1, 19), MAX_WAIT_MS / 1000 + 60)
-    waited = time.monotonic() - started
+    # No rename: the engine's rewrite answers.
+    answer, waited = await next_edit_after_typing(
+        client, "file:///r/scale.py", MAX_WAIT_MS / 1000 + 60
+    )
     assert answer["source"] == "model", answer
     assert answer["model"] == QWEN_GGUF.name
     assert answer["stats"]["family"] == "chat"  # Qwen: ChatML text over the raw endpoint
     assert answer["stats"]["engine"]["name"] == "llama.cpp"
-    lines = DOC.replace("    result = []", "    result = list()").split("\n")
-    assert in_document(answer["window"]["start"], lines)
-    assert in_document(answer["window"]["end"], lines)
-    for proposal in answer["edits"]:
-        start, end = proposal["range"]["start"], proposal["range"]["end"]
-        assert in_document(start, lines) and in_document(end, lines)
-        assert (start["line"], start["character"]) <= (end["line"], end["character"])
-        assert isinstance(proposal["newText"], str)
-    assert answer["edits"] or answer["reason"]
+    assert_well_formed_next_edit(answer, NEXT_EDIT_TYPED)
     # The engine's own count of what it generated, within the bound sent.
     assert 0 < answer["stats"]["newTokens"] <= rewrite_budget(answer["stats"]["draftTokens"])
     assert waited <= MAX_WAIT_MS / 1000 + MARGIN_S
@@ -85,8 +76,8 @@ async def test_a_next_edit_comes_from_the_engine_well_formed_and_in_time(client)
 
 def test_every_prompt_format_goes_through_the_engine(engine):
     history = EditHistory()
-    history.opened("u", DOC)
-    changed = DOC.replace("    result = []", "    result = list()")
+    history.opened("u", NEXT_EDIT_DOC)
+    changed = NEXT_EDIT_TYPED
     history.changed("u", changed)
     editor = RemoteNextEditor(RemoteCompletionEngine(LlamaCppBackend(engine.url), timeout_s=30))
     for family in ("chat", "plain", "zeta", "sweep"):
@@ -110,7 +101,7 @@ def test_every_prompt_format_goes_through_the_engine(engine):
 @in_module_loop
 async def test_with_the_engine_stopped_the_answer_is_empty_with_a_reason(client, engine):
     uri = "file:///r/down.py"
-    open_doc(client, uri, DOC)
+    open_doc(client, uri, NEXT_EDIT_DOC)
     edit(client, uri, 2, (1, 13), (1, 15), "{}")
     engine.stop()
     started = time.monotonic()

@@ -12,9 +12,12 @@ import time
 import pytest
 import pytest_asyncio
 from lsp_session import (
+    NEXT_EDIT_DOC,
+    NEXT_EDIT_TYPED,
+    assert_well_formed_next_edit,
     edit,
-    in_document,
     next_edit,
+    next_edit_after_typing,
     open_doc,
     raw_request,
     start,
@@ -26,13 +29,6 @@ from pygls.exceptions import JsonRpcException
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
-DOC = (
-    "def scale(values, factor):\n"
-    "    result = []\n"
-    "    for value in values:\n"
-    "        result.append(value * factor)\n"
-    "    return result\n"
-)
 MAX_WAIT_MS = 4000
 
 
@@ -45,26 +41,10 @@ async def client(tiny_model_dir):
 
 
 async def test_after_an_edit_the_model_answer_is_bounded_and_well_formed(client):
-    uri = "file:///r/scale.py"
-    open_doc(client, uri, DOC)
-    # No rename: `[]` becomes `list()`, typed key by key; the model rewrite answers.
-    edit(client, uri, 2, (1, 13), (1, 15), "")
-    for i, char in enumerate("list()"):
-        edit(client, uri, 3 + i, (1, 13 + i), (1, 13 + i), char)
-    started = time.monotonic()
-    answer = await asyncio.wait_for(next_edit(client, uri, 1, 19), 120)
-    waited = time.monotonic() - started
-    lines = DOC.replace("    result = []", "    result = list()").split("\n")
+    answer, waited = await next_edit_after_typing(client, "file:///r/scale.py", 120)
     assert answer["source"] == "model"
     assert answer["window"] is not None and answer["model"]
-    assert in_document(answer["window"]["start"], lines)
-    assert in_document(answer["window"]["end"], lines)
-    for proposal in answer["edits"]:
-        assert isinstance(proposal["newText"], str)
-        start, end = proposal["range"]["start"], proposal["range"]["end"]
-        assert in_document(start, lines) and in_document(end, lines)
-        assert (start["line"], start["character"]) <= (end["line"], end["character"])
-    assert answer["edits"] or answer["reason"]
+    assert_well_formed_next_edit(answer, NEXT_EDIT_TYPED)
     assert answer["stats"]["newTokens"] <= answer["stats"]["draftTokens"] * 5 // 4 + 16
     # maxWaitMs bounds the decoding; the load and the prefill come on top of it.
     assert answer["stats"]["decodeMs"] <= MAX_WAIT_MS + 1000
@@ -73,7 +53,7 @@ async def test_after_an_edit_the_model_answer_is_bounded_and_well_formed(client)
 
 async def test_nothing_to_go_on_is_an_empty_answer_with_a_reason(client):
     uri = "file:///r/untouched.py"
-    open_doc(client, uri, DOC)
+    open_doc(client, uri, NEXT_EDIT_DOC)
     answer = await next_edit(client, uri, 0, 0)
     assert answer["edits"] == [] and "no recent edits" in answer["reason"]
     answer = await next_edit(client, "file:///r/never-opened.py", 0, 0)
