@@ -33,7 +33,21 @@ def setup_logging(verbosity: int, log_file: str | None = None) -> None:
     root.setLevel(level)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def named_subcommand(argv: Sequence[str]) -> str | None:
+    """The subcommand argv names (its first word that is not an option or an option's value),
+    or None when it names none (`--help`, a typo): then every subcommand registers."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-file":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in SUBCOMMANDS else None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of `only`: a subcommand's module imports what it
+    runs (torch, transformers: seconds), so `memosight models --list` imports none of that."""
     parser = argparse.ArgumentParser(
         prog="memosight", description="Fast multi-token code completion from a local model."
     )
@@ -41,14 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
     parser.add_argument("--log-file", help="write logs to this file instead of stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in SUBCOMMANDS:
+    for name in (only,) if only else SUBCOMMANDS:
         importlib.import_module(f"memosight_lsp.commands.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(named_subcommand(argv)).parse_args(argv)
     setup_logging(args.verbose, args.log_file)
     try:
         return int(args.run(args))

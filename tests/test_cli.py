@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -139,3 +140,31 @@ def test_binary_file_is_refused(tmp_path):
 def test_every_subcommand_has_help(command):
     result = memosight(command, "--help")
     assert result.returncode == 0 and "usage:" in result.stdout
+
+
+def test_models_list_loads_no_model_code(tmp_path):
+    """`memosight models --list` looks and loads nothing: it imports only the modules of the
+    subcommand named (not torch nor transformers, which take seconds) and lists what discovery
+    finds in a fake home: here an Ollama model whose blob is not a GGUF file."""
+    from tests.test_discovery import ollama_model
+    from tests.test_server_discovery import discovering_in
+
+    home = tmp_path / "home"
+    blob = tmp_path / "not-a-model"
+    blob.write_bytes(b"plain text, not GGUF\n" * 10)
+    ollama_model(home, "qwen2.5-coder", "0.5b", blob, "b" * 64)
+    code = (
+        "import sys; from memosight_lsp.cli import main; "
+        "code = main(['models', '--list', '--json']); "
+        "print('imported:', 'torch' in sys.modules, 'transformers' in sys.modules, "
+        "file=sys.stderr); sys.exit(code)"
+    )
+    env = {**os.environ, **discovering_in(home)}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert "imported: False False" in result.stderr
+    listing = json.loads(result.stdout)
+    assert listing["choice"] is None
+    assert any("qwen2.5-coder:0.5b" in json.dumps(c) for c in listing["candidates"]), listing

@@ -6,16 +6,20 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
-from memosight_lsp.backends import BackendConfigError, open_backend
 from memosight_lsp.completion.positions import utf16_to_index
-from memosight_lsp.completion.remote import RemoteCompletionEngine
-from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import BackendName, Device, Dtype, ModelSettings, Quantization
 from memosight_lsp.discovery.resolve import Resolved, load_resolved, resolve
-from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
+from memosight_lsp.engine.errors import ModelLoadError
 from memosight_lsp.workspace.files import is_binary
+
+# The model's modules (torch, transformers: seconds to import) are imported by the functions
+# that load or reach a model, so a command that only looks (`models --list`) starts at once.
+if TYPE_CHECKING:
+    from memosight_lsp.completion.remote import RemoteCompletionEngine
+    from memosight_lsp.completion.service import CompletionEngine
+    from memosight_lsp.engine.loading import LoadedModel
 
 EMBEDDED = "embedded"  # --model's name for the embedded model (model.path: null)
 
@@ -83,6 +87,9 @@ def model_settings_from_args(args: argparse.Namespace) -> ModelSettings:
 def remote_engine_from_args(args: argparse.Namespace) -> RemoteCompletionEngine:
     """The serving engine --backend names, asked what it serves; ModelLoadError (one line)
     when it cannot be reached or does not serve a model."""
+    from memosight_lsp.backends import BackendConfigError, open_backend
+    from memosight_lsp.completion.remote import RemoteCompletionEngine
+
     try:
         backend = open_backend(model_settings_from_args(args))
     except BackendConfigError as err:
@@ -111,6 +118,8 @@ def engine_from_args(args: argparse.Namespace) -> CompletionEngine | RemoteCompl
     if resolved.backend != "local":
         args.backend, args.url, args.name = resolved.backend, resolved.url, resolved.name
         return remote_engine_from_args(args)
+    from memosight_lsp.completion.service import CompletionEngine
+
     # One completion: timing the machine's passes would not pay.
     return CompletionEngine(load_model_from_args(args, resolved), time_passes=False)
 
@@ -152,6 +161,7 @@ def load_resolved_from_args(
     args: argparse.Namespace, resolved: Resolved | None = None, *, remeasure: bool = False
 ) -> tuple[LoadedModel, Resolved]:
     """The model and what was resolved in the end (auto's pick, or the embedded fallback)."""
+    from memosight_lsp.engine.loading import load_model
 
     def say(message: str) -> None:
         print(f"memosight: {message}", file=sys.stderr)  # noqa: T201

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import argparse
 
-from memosight_lsp.completion.service import CompletionEngine
-
 from .common import (
     ModelLoadError,
     add_model_options,
@@ -53,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     info = loaded.describe()
     info["resolved"] = resolution_json(final)  # how model.path chose it (auto, or named)
     if args.remeasure:  # what a server would time after its first answer, timed now and kept
+        from memosight_lsp.completion.service import CompletionEngine
+
         engine = CompletionEngine(loaded)
         engine.warm_up()
         info["calibration"] = engine.calibration.describe()

@@ -17,6 +17,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from . import gguf, native_kernels, precision, quantized_cache
+from .errors import ModelLoadError
 from .fim import FimFormat, resolve_fim_format
 from .fused_trunk import prepare_trunk
 from .quantize import quantize_model
@@ -28,10 +29,6 @@ WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.j
 # Weights stored as pickle: loading them can run code (see load_model's allow_pickle).
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
-
-
-class ModelLoadError(Exception):
-    """A model could not be loaded; the message is one line a user can act on."""
 
 
 @dataclass(kw_only=True)
