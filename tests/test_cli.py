@@ -168,3 +168,22 @@ def test_models_list_loads_no_model_code(tmp_path):
     listing = json.loads(result.stdout)
     assert listing["choice"] is None
     assert any("qwen2.5-coder:0.5b" in json.dumps(c) for c in listing["candidates"]), listing
+
+
+def test_models_says_when_the_embedded_fallback_serves(tmp_path):
+    """No model named and none found in an empty home: `memosight models` serves the embedded
+    model and says so, with the one command that fixes it."""
+    from memosight_lsp.discovery.resolve import EMBEDDED_FALLBACK, FETCH_ACTION
+    from tests.test_server_discovery import discovering_in
+
+    env = {**os.environ, **discovering_in(tmp_path / "empty-home")}
+    result = subprocess.run(
+        [sys.executable, "-m", "memosight_lsp.cli_main", "models"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"notice:       {EMBEDDED_FALLBACK} (no model found)" in result.stdout
+    assert FETCH_ACTION in result.stdout
