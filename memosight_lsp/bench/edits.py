@@ -8,13 +8,17 @@ was trained on), sampled with `--seed`, `--cases` per kind:
   or an assignment before it) renamed the same way;
 - string: a string constant used exactly twice in a function changed at its first use;
   expected: the second changed the same way;
+- callsite: the last parameter of a function or method removed at its definition; expected:
+  the same argument removed at the nearest call below it (`callsite_cases`);
 - control: a string constant used once in its file changed; no edit is expected.
 
 Each case is the file before the edit, the edit as the buffer's recent edit (EditHistory), the
 cursor at the end of the edited text; the prediction is completion/next_edit.py's, as the server
-makes it: the rename follow-up first (no model; `renameAnswers` counts the cases it answered),
-else the model (window, prompt, window draft, post-processing). `--model-only` skips the rename
-follow-up: the model alone, as before it. Exact match: the proposed edit nearest
+makes it: the rename follow-up first, then the call-site follow-up (no model; `renameAnswers`
+and `callsiteAnswers` count the cases each answered), else the model (window, prompt, window
+draft, post-processing). `--model-only` skips the follow-ups: the model alone, as before them.
+`--follow-ups-only` loads no model: the follow-ups alone (a case they do not answer proposes
+nothing), in seconds. Exact match: the proposed edit nearest
 after the cursor makes the same text as the expected one (`_new` inserted after `value` is
 `value` replaced by `value_new`). False proposal: a control case with
 any edit proposed.
@@ -57,6 +61,7 @@ from memosight_lsp.completion.next_edit import (
     NextEdit,
     NextEditor,
     NextEditRequest,
+    call_site_follow_up_edit,
     rename_follow_up_edit,
 )
 from memosight_lsp.completion.next_edit_prompt import FAMILIES
@@ -301,13 +306,18 @@ def request_for(
 
 
 def predict(
-    editor: NextEditor | RemoteNextEditor, request: NextEditRequest, model_only: bool
+    editor: NextEditor | RemoteNextEditor | None, request: NextEditRequest, model_only: bool
 ) -> NextEdit:
-    """As the server answers: the rename follow-up when the edit was a rename, else the model
-    (an engine's failure: no edit, its reason)."""
-    follow_up = None if model_only else rename_follow_up_edit(request)
-    if follow_up is not None:
-        return follow_up
+    """As the server answers: the rename follow-up when the edit was a rename, the call-site
+    follow-up when it removed a parameter, else the model (an engine's failure: no edit, its
+    reason; no editor: no edit)."""
+    if not model_only:
+        for follow_up_edit in (rename_follow_up_edit, call_site_follow_up_edit):
+            follow_up = follow_up_edit(request)
+            if follow_up is not None:
+                return follow_up
+    if editor is None:
+        return NextEdit(hunks=[], reason="no follow-up, and no model (--follow-ups-only)")
     started = time.perf_counter()
     result = editor.predict(request)
     if isinstance(result, str):
@@ -328,8 +338,12 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
-    editor: NextEditor | RemoteNextEditor
-    if args.llama_server:
+    editor: NextEditor | RemoteNextEditor | None
+    costs = None
+    if args.follow_ups_only:
+        model_name, editor = None, None
+        args.plain_cases = 0  # no rewrite to time
+    elif args.llama_server:
         engine = RemoteCompletionEngine(LlamaCppBackend(args.llama_server), timeout_s=30)
         info = engine.connect()
         if info is None:
@@ -348,13 +362,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         latencies: list[float] = []
         prefills: list[float] = []
         decodes: list[float] = []  # new tokens per second of the rewrites' decode
-        exact = proposed = by_rename = cut_by_time = 0
+        exact = proposed = by_rename = by_callsite = cut_by_time = 0
         passes: list[float] = []
         examples: list[dict[str, Any]] = []
         for i, case in enumerate(chosen):
             request = request_for(case, args.max_wait_ms, prompt_format=args.prompt_format)
             result = predict(editor, request, args.model_only)
             by_rename += result.source == "rename"
+            by_callsite += result.source == "callsite"
             latencies.append(result.total_ms)
             if result.source == "model" and result.new_tokens:
                 prefills.append(result.prefill_ms)
@@ -408,6 +423,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             else round(exact / len(chosen), 3),
             "proposals": proposed,
             "renameAnswers": by_rename,
+            "callsiteAnswers": by_callsite,
             "falseProposalShare": round(proposed / len(chosen), 3)
             if kind == "control" and chosen
             else None,
@@ -429,6 +445,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "maxWaitMs": args.max_wait_ms,
         "modelOnly": args.model_only,
+        "followUpsOnly": args.follow_ups_only,
         "kinds": kinds,
         "rewrite": {
             "compared": compared,
@@ -454,7 +471,10 @@ def main(argv: list[str] | None = None) -> int:
         "--kinds", default=",".join(KINDS), help="comma-separated, of " + ", ".join(KINDS)
     )
     parser.add_argument(
-        "--model-only", action="store_true", help="no rename follow-up: the model answers all"
+        "--model-only", action="store_true", help="no follow-ups: the model answers all"
+    )
+    parser.add_argument(
+        "--follow-ups-only", action="store_true", help="no model: the follow-ups answer alone"
     )
     parser.add_argument(
         "--llama-server", metavar="URL", help="rewrite through this llama.cpp server instead"

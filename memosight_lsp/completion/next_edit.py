@@ -11,8 +11,10 @@ undone, a change that shares no word with the recent edits (`unrelated`), or mor
 MAX_HUNKS changes at once.
 
 Before any model: when the last edit renamed an identifier, the next place still using the old
-name is the answer, with no model call (rename_follow_up.py; `rename_follow_up_edit`); the
-model rewrite answers every other edit.
+name is the answer, with no model call (rename_follow_up.py; `rename_follow_up_edit`); when it
+removed a parameter from a definition, the next call with that argument deleted
+(call_site_follow_up.py; `call_site_follow_up_edit`). The model rewrite answers every other
+edit.
 
 Bounded: the rewrite has at most the window's tokens + a margin, and ends by maxWaitMs with what
 it has (a rewrite cut short proposes only the changes in the lines it wrote).
@@ -38,6 +40,7 @@ from memosight_lsp.engine.loading import LoadedModel
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 from memosight_lsp.workspace.languages import language_for
 
+from . import call_site_follow_up
 from .edit_history import Edit
 from .next_edit_prompt import NextEditPrompt, build_next_edit_prompt, tokenizer_traits
 from .rename_follow_up import follow_up
@@ -81,7 +84,7 @@ class Hunk:
 class NextEdit:
     hunks: list[Hunk]
     reason: str | None = None  # why there is no edit, when hunks is empty
-    source: str = "model"  # "rename": a rename follow-up, no model ran
+    source: str = "model"  # "rename" / "callsite": a follow-up, no model ran
     first_line: int = 0  # the window: lines first_line .. end_line - 1
     end_line: int = 0
     window_start: int = 0  # document offsets of the window
@@ -311,13 +314,9 @@ def rename_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
     if not request.edits:
         return None
     started = time.perf_counter()
-    cursor = request.cursor
-    if cursor is None:
-        lines = request.text.splitlines(keepends=True)
-        cursor = sum(len(line) for line in lines[: request.cursor_line])
     found = follow_up(
         request.text,
-        cursor,
+        cursor_of(request),
         request.edits,
         path=request.path,
         language_id=request.language_id,
@@ -333,6 +332,42 @@ def rename_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
         stats={"rename": found.describe()},
         total_ms=(time.perf_counter() - started) * 1000,
     )
+
+
+def call_site_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
+    """The next edit after a parameter was removed from a definition, found with no model
+    (call_site_follow_up.py): the call nearest the cursor with that argument deleted; none (with
+    a reason) when no call is left to update, or when parameters with defaults were added. None
+    when the last edits changed no parameter list that way: the model decides."""
+    if not request.edits:
+        return None
+    started = time.perf_counter()
+    found = call_site_follow_up.follow_up(
+        request.text,
+        cursor_of(request),
+        request.edits,
+        path=request.path,
+        language_id=request.language_id,
+    )
+    if found is None:
+        return None
+    place = found.next
+    return NextEdit(
+        hunks=[] if place is None else [Hunk(*place)],
+        reason=found.reason,
+        source="callsite",
+        complete=True,
+        stats={"callsite": found.describe()},
+        total_ms=(time.perf_counter() - started) * 1000,
+    )
+
+
+def cursor_of(request: NextEditRequest) -> int:
+    """The request's cursor offset (the start of its line when it has none)."""
+    if request.cursor is not None:
+        return request.cursor
+    lines = request.text.splitlines(keepends=True)
+    return sum(len(line) for line in lines[: request.cursor_line])
 
 
 class NextEditor:

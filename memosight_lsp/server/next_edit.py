@@ -2,7 +2,9 @@
 (completion/next_edit.py), on the model worker.
 
 A rename follow-up (the last edit renamed an identifier) is answered at once on the event loop,
-with no model: no job, no model load, and with a serving engine too (`"source": "rename"`).
+with no model: no job, no model load, and with a serving engine too (`"source": "rename"`); so
+is a call-site follow-up (the last edit removed a parameter from a definition: the next call's
+argument deleted, `"source": "callsite"`).
 Every other edit is the model's: the local model's rewrite (NextEditor), or with model.backend
 the serving engine's (completion/next_edit_remote.py), in the prompt format of
 nextEdit.promptFormat.
@@ -29,6 +31,7 @@ from memosight_lsp.completion.next_edit import (
     NextEdit,
     NextEditor,
     NextEditRequest,
+    call_site_follow_up_edit,
     rename_follow_up_edit,
 )
 from memosight_lsp.completion.next_edit_remote import RemoteNextEditor
@@ -150,6 +153,10 @@ class NextEditFlow:
         if follow_up is not None:  # the last edit was a rename: no model needed
             self.stats.count("nextEditRenames")
             return answer_of(index, codec, follow_up)
+        follow_up = call_site_follow_up_edit(request)
+        if follow_up is not None:  # a parameter removed: its calls updated, no model needed
+            self.stats.count("nextEditCallSites")
+            return answer_of(index, codec, follow_up)
         self.host.ensure(settings.model)  # a load is queued first: the job runs after it
         version = doc.version
         job = self.scheduler.submit(
@@ -175,7 +182,7 @@ class NextEditFlow:
 
 def answer_of(index: LineIndex, codec: Any, result: NextEdit) -> dict[str, Any]:
     """The result JSON of a prediction: a model's rewrite (its window, model and stats) or a
-    rename follow-up (no window, no model)."""
+    rename or call-site follow-up (no window, no model)."""
     by_model = result.source == "model"
     return {
         "edits": [
