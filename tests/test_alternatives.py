@@ -13,11 +13,8 @@ from test_speculative import FLAT_COST, prompts_from_files
 from tiny_models import STDLIB
 
 from memosight_lsp.completion.alternatives import distinct
-from memosight_lsp.completion.service import (
-    CompletionEngine,
-    CompletionRequest,
-    alternatives_until,
-)
+from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.completion.service import CompletionEngine, alternatives_until
 from memosight_lsp.config import parse_settings
 from memosight_lsp.engine.branches import RUNNER_UP_RATIO, runner_ups
 from memosight_lsp.engine.decoder import BranchRules, StopRules

@@ -11,7 +11,7 @@ from engines import SMOLLM_GGUF, llama_server
 from memosight_lsp.backends import http as engine_http
 from memosight_lsp.backends.llama_cpp import LlamaCppBackend
 from memosight_lsp.completion.remote import RemoteCompletionEngine
-from memosight_lsp.completion.service import CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from memosight_lsp.backends import (
 from memosight_lsp.backends import http as engine_http
 from memosight_lsp.backends.openai import OpenAIBackend
 from memosight_lsp.completion.remote import NOT_THE_WORD, RemoteCompletionEngine
-from memosight_lsp.completion.service import CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
 
 MODELS = {"object": "list", "data": [{"id": "tiny", "max_model_len": 2048}]}
 

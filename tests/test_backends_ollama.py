@@ -11,7 +11,7 @@ from memosight_lsp.backends import EngineError, GenerateRequest, PromptPieces
 from memosight_lsp.backends import http as engine_http
 from memosight_lsp.backends.ollama import OllamaBackend
 from memosight_lsp.completion.remote import RemoteCompletionEngine
-from memosight_lsp.completion.service import CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
 
 QWEN_VOCAB = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "def"]
 

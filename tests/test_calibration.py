@@ -17,8 +17,9 @@ from tiny_models import STDLIB
 
 from memosight_lsp.completion.latency import MIN_CHUNK_TOKENS, MIN_PROMPT_TOKENS
 from memosight_lsp.completion.prompt import MARKER_RESERVE
+from memosight_lsp.completion.request import CompletionRequest
 from memosight_lsp.completion.scheduler import Scheduler
-from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import ModelSettings
 from memosight_lsp.engine import calibration_cache
 from memosight_lsp.engine.calibration_cache import Calibration

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.context import PackedContext
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.workspace import WorkspaceIndex

@@ -7,7 +7,8 @@ import torch
 from lsp_session import inline, open_doc, start, stats, stop, tiny_options, wait_for_state
 from tiny_models import STDLIB
 
-from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import parse_settings
 from memosight_lsp.engine.compression_policy import Thresholds
 from memosight_lsp.engine.loading import load_model

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from memosight_lsp.completion.service import CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
 from memosight_lsp.config import Settings, parse_settings, settings_to_wire, unwrap_settings
 
 

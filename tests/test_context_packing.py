@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from test_context_pack import APP, char_count, ctx, make_project
 
-from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.context import Packing, build_context
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.workspace import WorkspaceIndex

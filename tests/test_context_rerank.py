@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch
 
-from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.context import Rerank, build_context
 from memosight_lsp.engine.compression_policy import Thresholds
 from memosight_lsp.engine.loading import load_model

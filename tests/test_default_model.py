@@ -11,7 +11,8 @@ from pathlib import Path
 
 from tiny_models import STDLIB
 
-from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.engine.heads import find_heads
 from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR, load_model
 from memosight_lsp.engine.ngram_model import find_ngram_table

@@ -14,7 +14,8 @@ from tiny_models import STDLIB
 
 from memosight_lsp.completion.latency import MIN_PROMPT_TOKENS
 from memosight_lsp.completion.prompt import MARKER_RESERVE
-from memosight_lsp.completion.service import Completion, CompletionEngine, CompletionRequest
+from memosight_lsp.completion.request import Completion, CompletionRequest
+from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.engine.loading import load_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

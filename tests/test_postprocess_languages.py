@@ -12,7 +12,7 @@ import pytest
 
 from memosight_lsp.completion.policy import describe_cursor, indent_unit, wants_multiline
 from memosight_lsp.completion.postprocess import finish, should_stop
-from memosight_lsp.completion.service import CompletionRequest, plan_cursor
+from memosight_lsp.completion.request import CompletionRequest, plan_cursor
 
 # cobra/command.go (gofmt: tabs)
 GO_PREFIX = (

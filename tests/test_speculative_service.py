@@ -7,7 +7,8 @@ import random
 import pytest
 from tiny_models import STDLIB
 
-from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.engine.drafters import CostModel, WorkspaceLookup
 from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
 from memosight_lsp.engine.loading import load_model

@@ -8,7 +8,8 @@ import pytest
 from tiny_models import STDLIB
 
 from memosight_lsp.completion.prompt import MARKER_RESERVE
-from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.completion.stable_prompt import StablePrompts
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.prefix_cache import common_prefix

@@ -69,7 +69,8 @@ import numpy as np
 from memosight_lsp.bench import context_recall, corpora, language_cases, model_quality
 from memosight_lsp.bench.llama_server import LlamaServer, LlamaServerError
 from memosight_lsp.completion.positions import split_at
-from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import Settings
 from memosight_lsp.context import Packing
 from memosight_lsp.workspace import WorkspaceIndex

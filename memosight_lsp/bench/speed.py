@@ -40,7 +40,8 @@ from typing import Any
 
 import torch
 
-from memosight_lsp.completion.service import CompletionEngine, CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.engine.decoder import StopRules
 from memosight_lsp.engine.greedy import greedy_generate
 from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model

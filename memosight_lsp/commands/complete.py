@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import get_args
 
-from memosight_lsp.completion.service import CompletionRequest
+from memosight_lsp.completion.request import CompletionRequest
 from memosight_lsp.config import MultilinePolicy, Settings
 from memosight_lsp.workspace import WorkspaceIndex
 

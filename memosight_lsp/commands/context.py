@@ -91,7 +91,7 @@ def to_json(packed: PackedContext, prompt: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memosight_lsp.completion.service import packing_for
+    from memosight_lsp.completion.request import packing_for
     from memosight_lsp.engine.loading import ModelLoadError
 
     try:

@@ -32,8 +32,13 @@ from pygls.workspace import TextDocument
 
 from memosight_lsp.completion.policy import describe_cursor, file_refusal, mid_word_refusal
 from memosight_lsp.completion.remote import ENGINE_FAILURES
+from memosight_lsp.completion.request import (
+    Completion,
+    CompletionBackend,
+    CompletionRequest,
+    Deadline,
+)
 from memosight_lsp.completion.scheduler import Job, JobAbandoned, Scheduler
-from memosight_lsp.completion.service import Completion, CompletionRequest, Deadline
 from memosight_lsp.completion.type_through import TypeThroughCache, TypeThroughEntry
 from memosight_lsp.config import Settings
 from memosight_lsp.workspace import WorkspaceIndex
@@ -378,7 +383,7 @@ class CompletionFlow:
         """On the worker: one model completion, remembered for type-through. With a deadline,
         what is verified by then answers the request (`early`) and each longer text after it
         replaces the suggestion in the type-through cache while decoding goes on."""
-        engine = self.host.engine
+        engine: CompletionBackend | None = self.host.engine
         if engine is None:
             return None
         self.stats.count(counter)
@@ -451,7 +456,7 @@ class CompletionFlow:
     def latency_report(self) -> dict | None:
         """How this server sizes prompts now (memosight/stats): the cold prompt, the suffix and
         prefill chunks for the current settings, the measured prefill rate, the pinned heads."""
-        engine = self.host.engine
+        engine: CompletionBackend | None = self.host.engine
         if engine is None:
             return None
         settings = self._settings()
@@ -477,7 +482,7 @@ class CompletionFlow:
         key = ("prewarm", cursor.offset, len(cursor.text), hash(cursor.text), self.generation)
 
         def work(cancelled: Callable[[], bool]) -> dict | None:
-            engine = self.host.engine
+            engine: CompletionBackend | None = self.host.engine
             if engine is None:
                 return None
             self.stats.count("prewarms")

@@ -18,8 +18,8 @@ from pygls.workspace import TextDocument
 
 from memosight_lsp import __version__
 from memosight_lsp.completion.edit_history import EditHistory
+from memosight_lsp.completion.request import Completion
 from memosight_lsp.completion.scheduler import Scheduler
-from memosight_lsp.completion.service import Completion
 from memosight_lsp.config import Settings, parse_settings, unwrap_settings, without_user_only
 from memosight_lsp.engine.memory import release_free_memory
 from memosight_lsp.workspace.files import indexable_text
