@@ -18,15 +18,19 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import astuple, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from memosight_lsp.backends import BackendConfigError, open_backend
 from memosight_lsp.completion.remote import RemoteCompletionEngine
 from memosight_lsp.completion.scheduler import Job, Scheduler
-from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import ModelSettings
 from memosight_lsp.discovery.resolve import AUTO, Resolved, load_resolved, resolve
-from memosight_lsp.engine.machine import OtherLoad
+from memosight_lsp.engine.errors import ModelLoadError
+
+# The model's modules (torch, transformers: seconds to import) are imported on the worker that
+# loads it, so the server answers `initialize` before it has imported them.
+if TYPE_CHECKING:
+    from memosight_lsp.completion.service import CompletionEngine
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +85,6 @@ class ModelHost:
             job.future.result(timeout)
 
     def _load(self, spec: tuple, settings: ModelSettings) -> None:
-        from memosight_lsp.engine.loading import ModelLoadError
-
         if spec != self._spec:
             return  # superseded by newer settings before it started
         self._on_state("loading", self.message, None)
@@ -98,6 +100,9 @@ class ModelHost:
             )
             self._connect(spec, remote)
             return
+        from memosight_lsp.completion.service import CompletionEngine
+        from memosight_lsp.engine.machine import OtherLoad
+
         busy_since = OtherLoad()  # how busy the machine is while the model loads
         try:
             loaded = self._load_resolved(spec, resolved, settings)
