@@ -1,5 +1,5 @@
 --- Small helpers the ghost text and the next edits share: calling a client method across
---- Neovim versions, and where the cursor is in a buffer.
+--- Neovim versions, where the cursor is in a buffer, and letting go of a buffer's state.
 
 local api = vim.api
 
@@ -25,6 +25,17 @@ function M.cursor_in(bufnr)
   end
   local cursor = api.nvim_win_get_cursor(0)
   return { cursor[1] - 1, cursor[2] }
+end
+
+--- Closes a buffer state's debounce timer and deletes its autocommand group: what detaching
+--- a buffer lets go of, whichever feature attached it.
+---@param st { timer: uv.uv_timer_t?, augroup: integer }
+function M.release(st)
+  if st.timer and not st.timer:is_closing() then
+    st.timer:stop()
+    st.timer:close()
+  end
+  pcall(api.nvim_del_augroup_by_id, st.augroup)
 end
 
 return M

@@ -426,11 +426,7 @@ function M.detach(bufnr)
   end
   cancel_request(st)
   drop(bufnr)
-  if st.timer and not st.timer:is_closing() then
-    st.timer:stop()
-    st.timer:close()
-  end
-  pcall(api.nvim_del_augroup_by_id, st.augroup)
+  compat.release(st)
   buffers[bufnr] = nil
 end
 

@@ -290,10 +290,7 @@ function M.detach(bufnr)
     return
   end
   clear(bufnr)
-  if st.timer and not st.timer:is_closing() then
-    st.timer:close()
-  end
-  pcall(api.nvim_del_augroup_by_id, st.augroup)
+  compat.release(st)
   buffers[bufnr] = nil
 end
 
