@@ -169,8 +169,12 @@ def signature_change(
         if params is not None:
             found = k, params
             break
+        # Passed over: only deletions inside a call's arguments (calls updated), so that any
+        # other edit costs one parse.
+        if edit.new or arguments_at(trees[k], texts[k], edit) is None:
+            return None
         previous = undo(texts[k], edit)
-        if edit.new or previous is None:  # only deletions (calls updated) are passed over
+        if previous is None:
             return None
         texts.append(previous)
     if found is None:
@@ -283,8 +287,8 @@ def takes_receiver(function: ts.Node) -> bool:
     wrapper = function.parent
     if wrapper is None or wrapper.type != "decorated_definition":
         return True
-    decorators = (d.text or b"" for d in wrapper.children if d.type == "decorator")
-    return not any(d.strip().lstrip(b"@").decode() in RECEIVER_DECORATORS for d in decorators)
+    decorators = (text_of(d) for d in wrapper.children if d.type == "decorator")
+    return not any(d.strip().lstrip("@") in RECEIVER_DECORATORS for d in decorators)
 
 
 def parameters(spec: LanguageSpec, params: ts.Node) -> list[Param]:
@@ -368,16 +372,22 @@ def removed_index(old: tuple[Param, ...], new: tuple[Param, ...]) -> int | None:
     return index if same and old[index].passed else None
 
 
-def in_call_of(tree: ts.Tree, text: str, edit: Edit, function: Definition) -> bool:
-    """Whether `edit` (in `text`, after it) deleted text inside a call of `function`."""
+def arguments_at(tree: ts.Tree, text: str, edit: Edit) -> ts.Node | None:
+    """The innermost argument list of a call that `edit` (in `text`, after it) lies inside."""
     at = ByteOffsets(text)(edit.start)
     node: ts.Node | None = tree.root_node.descendant_for_byte_range(at, at)
     while node is not None and node.type not in ARGUMENT_LISTS:
         node = node.parent
-    if node is None or node.parent is None:
-        return False
-    inside = node.start_byte < at < node.end_byte  # the innermost call's argument list
-    return inside and callee_name(node.parent) == (function.name, function.member)
+    if node is None or node.parent is None or not node.start_byte < at < node.end_byte:
+        return None
+    return node
+
+
+def in_call_of(tree: ts.Tree, text: str, edit: Edit, function: Definition) -> bool:
+    """Whether `edit` (in `text`, after it) lies inside the arguments of a call of `function`."""
+    arguments = arguments_at(tree, text, edit)
+    call = arguments.parent if arguments is not None else None
+    return call is not None and callee_name(call) == (function.name, function.member)
 
 
 def callee_name(call: ts.Node) -> tuple[str, bool] | None:
