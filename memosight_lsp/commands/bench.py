@@ -23,6 +23,7 @@ BENCHMARKS = {
     "engines": "engines",
     "packing": "packing",
     "probe": "probe",
+    "startup": "startup",
     "corpora": "corpora",
     "edits": "edits",
 }

@@ -1,0 +1,273 @@
+"""`memosight bench startup`: the first suggestion after the server starts, as an editor meets it.
+
+Each run spawns a fresh server (`python -m memosight_lsp`, the environment as it is) and times,
+in seconds from just before the spawn: `initialize` answered; the model ready (the first
+memosight/status whose state is "ready"); the first inline completion with text. Right after
+`initialized` the client opens a file and asks for an inline completion at the cursor, again and
+again (each request waits for its answer, a short sleep after an empty one) until one has text,
+as an editor asks on every keystroke while the user waits. The server's own "loaded in" seconds
+and its log lines (with their seconds from the spawn) are kept too: they say where the time
+went. The server is then shut down (shutdown, exit; killed when it does not leave).
+
+The default file is the standard library's textwrap.py with a line in its second half cut just
+after `self.` (a held-out file every machine has); `--file --line --character` name another.
+What is cached (the converted GGUF, the precision measured, the native kernels, the model's
+timings) is whatever the machine has: run it twice to see the cached case.
+
+    memosight bench startup [--model M] [--runs 3] [--timeout 120] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from memosight_lsp.commands.common import add_model_options, model_settings_from_args
+from memosight_lsp.config import CompletionSettings, settings_to_wire
+
+from .lsp_client import (
+    SERVER_COMMAND,
+    ResponseError,
+    StdioServer,
+    first_text,
+    inline_params,
+)
+
+EMPTY_PAUSE_S = 0.05  # after an empty answer, before asking again: an editor's next keystroke
+READY_GRACE_S = 5.0  # the ready status may trail the first answer on the wire by a little
+# The server's log format (cli.py): "2026-12-03 11:06:07,123 INFO memosight_lsp...: message".
+LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (.*)$")
+LOADED_IN = re.compile(r"loaded in ([0-9.]+)s")
+MILESTONES = ("initializeS", "readyS", "firstSuggestionS")
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A file's text as the editor opens it, and the cursor (LSP line and UTF-16 column)."""
+
+    path: Path
+    text: str
+    line: int
+    character: int
+
+
+def default_cursor() -> Cursor:
+    """textwrap.py with the first line of its second half that holds `self.` cut after it."""
+    path = Path(textwrap.__file__)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    middle = len(lines) // 2
+    line = next(n for n in range(middle, len(lines)) if "self." in lines[n])
+    kept = lines[line][: lines[line].index("self.") + len("self.")]
+    lines[line] = kept
+    return Cursor(path, "\n".join(lines), line, utf16_len(kept))
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def cursor_from_args(args: argparse.Namespace) -> Cursor:
+    if args.file is None:
+        return default_cursor()
+    path = Path(args.file).resolve()
+    return Cursor(path, path.read_text(encoding="utf-8"), args.line, args.character)
+
+
+def server_options(args: argparse.Namespace) -> dict[str, Any]:
+    """initializationOptions: the model options as `memosight complete` takes them, the
+    first-response deadline, and `--settings` merged over them section by section."""
+    options: dict[str, Any] = {
+        "model": settings_to_wire(model_settings_from_args(args)),
+        "completion": {"firstResponseMs": args.first_response_ms},
+    }
+    for section, values in json.loads(args.settings or "{}").items():
+        if isinstance(values, dict) and isinstance(options.get(section), dict):
+            options[section] = {**options[section], **values}
+        else:
+            options[section] = values
+    return options
+
+
+def log_offsets(lines: list[str], spawned_wall: float) -> list[dict[str, Any]]:
+    """The server's log lines with their seconds from the spawn (lines without a time stamp,
+    such as a traceback's, keep the last stamp seen)."""
+    out: list[dict[str, Any]] = []
+    seconds: float | None = None
+    for line in lines:
+        match = LOG_STAMP.match(line)
+        if match:
+            stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
+            seconds = round(stamp.timestamp() - spawned_wall, 3)
+            line = match.group(2)
+        out.append({"s": seconds, "line": line})
+    return out
+
+
+def loaded_in(lines: list[str]) -> float | None:
+    """The server's own load seconds, from its "... loaded in 1.9s)" line, if it logged one."""
+    for line in lines:
+        match = LOADED_IN.search(line)
+        if match:
+            return float(match.group(1))
+    return None
+
+
+async def ask_until_text(
+    server: StdioServer, cursor: Cursor, deadline: float
+) -> tuple[str | None, int]:
+    """Inline completions at the cursor, one at a time, until one has text or the deadline
+    passes: (the text or None, how many requests were sent)."""
+    params = inline_params(cursor.path.as_uri(), cursor.line, cursor.character)
+    requests = 0
+    while time.monotonic() < deadline:
+        requests += 1
+        try:
+            left = max(deadline - time.monotonic(), 0.001)
+            result = await server.call("textDocument/inlineCompletion", params, left)
+        except ResponseError:  # cancelled or refused while loading: ask again, as an editor does
+            result = None
+        except TimeoutError:
+            break
+        text = first_text(result)
+        if text:
+            return text, requests
+        await asyncio.sleep(EMPTY_PAUSE_S)
+    return None, requests
+
+
+async def one_run(options: dict[str, Any], cursor: Cursor, timeout_s: float) -> dict[str, Any]:
+    """One fresh server, from the spawn to the first suggestion with text."""
+    states: dict[str, float] = {}  # state -> seconds from the spawn it was first reported
+    spawned_wall = time.time()
+    spawned = time.monotonic()
+    server = StdioServer(SERVER_COMMAND, stderr="collect")
+
+    def on_status(params: Any) -> None:  # on the client's reader thread
+        state = params.get("state") if isinstance(params, dict) else None
+        if isinstance(state, str):
+            states.setdefault(state, time.monotonic() - spawned)
+
+    server.handlers["memosight/status"] = on_status
+    deadline = spawned + timeout_s
+    run: dict[str, Any] = {"initializeS": None, "readyS": None, "firstSuggestionS": None}
+    try:
+        await server.initialize(options, capabilities={"window": {"workDoneProgress": False}})
+        run["initializeS"] = time.monotonic() - spawned
+        language = "python" if cursor.path.suffix == ".py" else "plaintext"
+        document = {"uri": cursor.path.as_uri(), "languageId": language, "version": 1}
+        server.notify("textDocument/didOpen", {"textDocument": {**document, "text": cursor.text}})
+        text, requests = await ask_until_text(server, cursor, deadline)
+        if text is not None:
+            run["firstSuggestionS"] = time.monotonic() - spawned
+        ready_by = time.monotonic() + READY_GRACE_S
+        while text is not None and "ready" not in states and time.monotonic() < ready_by:
+            await asyncio.sleep(0.02)
+        run.update(text=text, requests=requests)
+    except ConnectionError as err:  # the server died: its log says why
+        run["failure"] = str(err)
+    finally:
+        run["exitCode"] = await server.shutdown()
+    run["readyS"] = states.get("ready")
+    if "error" in states:
+        run["failure"] = next(
+            (s.get("message") for s in server.statuses if s.get("state") == "error"), "error"
+        )
+    for key in MILESTONES:
+        run[key] = None if run[key] is None else round(run[key], 3)
+    run["loadedInS"] = loaded_in(server.log)
+    run["model"] = next((s["model"] for s in server.statuses if s.get("model")), None)
+    run["log"] = log_offsets(server.log, spawned_wall)
+    return run
+
+
+def median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 3) if present else None
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    options = server_options(args)
+    cursor = cursor_from_args(args)
+    runs: list[dict[str, Any]] = []
+    for n in range(1, args.runs + 1):
+        run = await one_run(options, cursor, args.timeout)
+        runs.append(run)
+        shown = ", ".join(f"{k} {run[k]}" for k in (*MILESTONES, "loadedInS"))
+        sys.stderr.write(f"startup: run {n}/{args.runs}: {shown}, text {run.get('text')!r}\n")
+    return {
+        "settings": options,
+        "file": str(cursor.path),
+        "position": {"line": cursor.line, "character": cursor.character},
+        "timeoutS": args.timeout,
+        "runs": runs,
+        "median": {k: median([r[k] for r in runs]) for k in (*MILESTONES, "loadedInS")},
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    """Markdown: one row per run and the median, seconds from the spawn."""
+    head = ["run", "`initialize` answered", 'load ("loaded in")', "ready", "first suggestion"]
+    rows = ["| " + " | ".join([*head, "text"]) + " |", "|---|---|---|---|---|---|"]
+
+    def cell(value: Any) -> str:
+        return "" if value is None else f"{value:.2f}"
+
+    keys = ("initializeS", "loadedInS", "readyS", "firstSuggestionS")
+    for n, run in enumerate(result["runs"], 1):
+        text = run.get("text")
+        shown = f"`{text[:30]!r}`" if text else run.get("failure") or "none in time"
+        rows.append(f"| {n} | " + " | ".join(cell(run[k]) for k in keys) + f" | {shown} |")
+    med = result["median"]
+    rows.append("| median | " + " | ".join(cell(med[k]) for k in keys) + " | |")
+    return "\n".join(rows)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memosight bench startup",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_options(parser)
+    parser.add_argument("--runs", type=int, default=3, help="fresh servers, one after another")
+    parser.add_argument(
+        "--first-response-ms",
+        type=int,
+        default=CompletionSettings().first_response_ms,
+        help="completion.firstResponseMs (default: the server's)",
+    )
+    parser.add_argument("--settings", help="more server settings, as a JSON object")
+    parser.add_argument("--file", help="the file opened (default: textwrap.py cut after self.)")
+    parser.add_argument("--line", type=int, default=0, help="the cursor's line in --file")
+    parser.add_argument("--character", type=int, default=0, help="its UTF-16 column")
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds per run to the first suggestion"
+    )
+    parser.add_argument("--json", action="store_true", help="JSON with every run and its log")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.runs < 1:
+        sys.stderr.write("startup: --runs must be at least 1\n")
+        return 2
+    result = asyncio.run(measure(args))
+    out = json.dumps(result, indent=2) if args.json else table(result)
+    sys.stdout.write(out + "\n")
+    answered = all(r["firstSuggestionS"] is not None for r in result["runs"])
+    return 0 if answered else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

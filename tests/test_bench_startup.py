@@ -1,0 +1,37 @@
+"""memosight bench startup: one fresh server with a tiny model, from the spawn to its first
+suggestion with text (a few seconds: the server's imports and the tiny model's load)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memosight_lsp.bench import startup
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_default_cursor_is_just_after_self():
+    cursor = startup.default_cursor()
+    line = cursor.text.split("\n")[cursor.line]
+    assert line.endswith("self.") and cursor.character == len(line)
+    assert cursor.line > cursor.text.count("\n") // 2
+
+
+def test_one_run_times_initialize_ready_and_the_first_suggestion(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the server inherits it
+    argv = ["--model", str(tiny_model_dir), "--runs", "1", "--first-response-ms", "0"]
+    argv += ["--settings", json.dumps({"completion": {"maxNewTokens": 8}}), "--json"]
+    assert startup.main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    (run,) = result["runs"]
+    assert 0 < run["initializeS"] <= run["readyS"] <= run["firstSuggestionS"]
+    assert run["text"] and run["requests"] >= 1 and run["exitCode"] == 0
+    assert run["loadedInS"] is not None and run["loadedInS"] < run["readyS"]
+    assert result["median"]["firstSuggestionS"] == run["firstSuggestionS"]
+    assert result["settings"]["model"]["path"] == str(tiny_model_dir)
+    assert any("loaded in" in entry["line"] for entry in run["log"])
+    assert startup.table(result).splitlines()[-1].startswith("| median |")
