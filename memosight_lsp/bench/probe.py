@@ -128,7 +128,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memosight bench probe", description=__doc__)
-    parser.add_argument("--model", help="model folder or .gguf file (default: model.path's)")
+    parser.add_argument(
+        "--model", help="model folder or .gguf file, or `embedded` (default: the embedded one)"
+    )
     parser.add_argument("--dtype", default="auto", help="model.dtype for the server")
     parser.add_argument("--quantization", default="auto", help="model.quantization")
     parser.add_argument("--settings", help="more server settings, as a JSON object")
