@@ -353,3 +353,36 @@ async def test_the_server_updates_each_call_then_nothing_and_the_model_answers_t
         assert after["nextEditModelCalls"] == before["nextEditModelCalls"] + 1
     finally:
         await stop(client)
+
+
+def test_a_constructor_is_called_through_its_class():
+    text = (
+        "class Cart:\n"
+        "    def __init__(self, owner, items, currency):\n"
+        "        self.owner = owner\n"
+        "\n"
+        "\n"
+        "\n"
+        "class Basket(Cart):\n"
+        "    def __init__(self, owner, items, currency):\n"
+        "        super().__init__(owner, items, currency)\n"
+        "\n"
+        "\n"
+        "cart = Cart('ann', [1, 2], 'EUR')\n"
+        "Cart.__init__(cart, 'bob', [], 'USD')  # the receiver passed: left alone\n"
+    )
+    buffer = Buffer(text, "python")
+    cursor = buffer.delete("owner, items", ", items")
+    assert updates(buffer, cursor) == [
+        "super().__init__(owner, currency)",  # any `__init__`, as any method of that name
+        "cart = Cart('ann', 'EUR')",
+    ]
+    text = (
+        "class Cart {\n"
+        "  constructor(owner: string, items: number[]) {}\n"
+        "}\n"
+        "const cart = new Cart('ann', [1, 2]);\n"
+    )
+    buffer = Buffer(text, "typescript")
+    cursor = buffer.delete("string, items: number[]", ", items: number[]")
+    assert updates(buffer, cursor) == ["const cart = new Cart('ann');"]

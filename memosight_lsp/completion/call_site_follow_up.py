@@ -18,9 +18,10 @@ edit alone. Edits after it that each delete text inside a call of the same funct
 proposals applied, or calls fixed by hand) are passed over, so each request offers the next call.
 
 The calls: `name(...)` for a function, `obj.name(...)` (`self.`, `this.`, any receiver) for a
-method, in the whole document, nearest after the cursor first, then nearest before it. Python's
-`self` / `cls` (not a static method's) and TypeScript's `this` parameter are not passed. A call
-is updated only when it is matched safely:
+method, `Cart(...)` / `new Cart(...)` for a constructor (Python's `__init__`, called explicitly
+too: `super().__init__(...)`; JavaScript's `constructor`), in the whole document, nearest after
+the cursor first, then nearest before it. Python's `self` / `cls` (not a static method's) and
+TypeScript's `this` parameter are not passed. A call is updated only when it is matched safely:
 - it passes the removed parameter by keyword (`f(b=2)`): that keyword argument is deleted;
 - else it passes it by position, and its argument count fits the old definition and not the
   new one (a call that fits the new one is already updated, or ambiguous with defaults);
@@ -55,7 +56,10 @@ NAMED_FUNCTIONS = {
     "method_declaration": True,  # Go
 }
 FUNCTION_VALUES = ("arrow_function", "function_expression", "function")  # `const f = (...) =>`
-CALLS = ("call", "call_expression")
+CALLS = ("call", "call_expression", "new_expression")
+# Constructors are called through their class: `Cart(...)`, `new Cart(...)`.
+CONSTRUCTORS = ("__init__", "constructor")
+CLASSES = ("class_definition", "class_declaration", "abstract_class_declaration", "class")
 MEMBERS = {
     "attribute": "attribute",
     "member_expression": "property",
@@ -86,10 +90,15 @@ class Param:
 
 @dataclass(frozen=True, kw_only=True)
 class Definition:
-    name: str
-    member: bool  # called as obj.name(...)
+    # How its calls name it: (name, through a member: `obj.name(...)`), its own name first
+    # (a constructor's: its class's).
+    callees: tuple[tuple[str, bool], ...]
     params: tuple[Param, ...]
     span: tuple[int, int]  # character offsets of its parameter list, parentheses included
+
+    @property
+    def name(self) -> str:
+        return self.callees[0][0]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,23 +233,28 @@ def is_definition_parameters(params: ts.Node) -> bool:
     if function is None:
         return False
     own = function.child_by_field_name("parameters")
-    return own is not None and own.id == params.id and function_name(function) is not None
+    return own is not None and own.id == params.id and callees(function) is not None
 
 
-def function_name(function: ts.Node) -> tuple[str, bool] | None:
-    """(name, called as a member) of a function node that has a name; None otherwise."""
+def callees(function: ts.Node) -> tuple[tuple[str, bool], ...] | None:
+    """How calls of a function node name it (see Definition); None: it has no name. Python's
+    `__init__` is called through its class and explicitly (`super().__init__(...)`)."""
     if function.type in NAMED_FUNCTIONS:
-        name = function.child_by_field_name("name")
-        if name is None:
+        node = function.child_by_field_name("name")
+        if node is None:
             return None
-        return text_of(name), NAMED_FUNCTIONS[function.type] or in_class_body(function)
+        name, member = text_of(node), NAMED_FUNCTIONS[function.type] or in_class_body(function)
+        owner = class_name(function) if member and name in CONSTRUCTORS else None
+        if owner is None:
+            return ((name, member),)
+        return ((owner, False), (name, True)) if name == "__init__" else ((owner, False),)
     declarator = function.parent
     if function.type not in FUNCTION_VALUES or parent_type(function) != "variable_declarator":
         return None
-    name = declarator.child_by_field_name("name") if declarator is not None else None
-    if name is None or name.type != "identifier":
+    node = declarator.child_by_field_name("name") if declarator is not None else None
+    if node is None or node.type != "identifier":
         return None
-    return text_of(name), False
+    return ((text_of(node), False),)
 
 
 def in_class_body(function: ts.Node) -> bool:
@@ -251,23 +265,31 @@ def in_class_body(function: ts.Node) -> bool:
     return node is not None and node.type == "block" and parent_type(node) == "class_definition"
 
 
+def class_name(method: ts.Node) -> str | None:
+    """The name of the class a method is defined in."""
+    node = method.parent
+    while node is not None and node.type not in CLASSES:
+        node = node.parent
+    name = node.child_by_field_name("name") if node is not None else None
+    return text_of(name) if name is not None else None
+
+
 def parent_type(node: ts.Node) -> str | None:
     return node.parent.type if node.parent is not None else None
 
 
 def definition(spec: LanguageSpec, text: str, params: ts.Node) -> Definition | None:
     function = params.parent
-    named = function_name(function) if function is not None else None
+    named = callees(function) if function is not None else None
     if function is None or named is None or params.has_error:
         return None
-    name, member = named
     entries = parameters(spec, params)
     receiver = bool(entries) and not entries[0].variadic and takes_receiver(function)
-    if spec.name == "python" and member and receiver:
+    if spec.name == "python" and in_class_body(function) and receiver:
         entries[0] = Param(key=entries[0].key, passed=False)
     source = text.encode("utf-8", "surrogatepass")
     span = char_at(source, params.start_byte), char_at(source, params.end_byte)
-    return Definition(name=name, member=member, params=tuple(entries), span=span)
+    return Definition(callees=named, params=tuple(entries), span=span)
 
 
 def definition_at(spec: LanguageSpec, text: str, start: int, name: str) -> Definition | None:
@@ -387,14 +409,16 @@ def in_call_of(tree: ts.Tree, text: str, edit: Edit, function: Definition) -> bo
     """Whether `edit` (in `text`, after it) lies inside the arguments of a call of `function`."""
     arguments = arguments_at(tree, text, edit)
     call = arguments.parent if arguments is not None else None
-    return call is not None and callee_name(call) == (function.name, function.member)
+    return call is not None and callee_name(call) in function.callees
 
 
 def callee_name(call: ts.Node) -> tuple[str, bool] | None:
     """(name, through a member) of what a call node calls; None: not a call of a name."""
     if call.type not in CALLS:
         return None
-    function = call.child_by_field_name("function")
+    function = call.child_by_field_name(
+        "constructor" if call.type == "new_expression" else "function"
+    )
     if function is None:
         return None
     if function.type == "identifier":
@@ -408,21 +432,22 @@ def calls_of(tree: ts.Tree, text: str, function: Definition, language: str) -> l
     """The argument lists of the document's calls of `function` (whole-word occurrences of its
     name that the tree says are a call's callee: never in strings or comments)."""
     word, _ = identifier_pattern(language)
-    pattern = re.compile(rf"(?<!{word}){re.escape(function.name)}(?!{word})")
     to_byte = ByteOffsets(text)
-    size = len(function.name.encode("utf-8", "surrogatepass"))
     found: dict[int, ts.Node] = {}
-    for match in pattern.finditer(text):
-        start = to_byte(match.start())
-        node = tree.root_node.descendant_for_byte_range(start, start + size)
-        call = node.parent if node is not None else None
-        if call is not None and call.type in MEMBERS:
-            call = call.parent
-        if call is None or callee_name(call) != (function.name, function.member):
-            continue
-        arguments = call.child_by_field_name("arguments")
-        if arguments is not None and arguments.type in ARGUMENT_LISTS:
-            found[arguments.id] = arguments
+    for name in dict.fromkeys(name for name, _ in function.callees):
+        pattern = re.compile(rf"(?<!{word}){re.escape(name)}(?!{word})")
+        size = len(name.encode("utf-8", "surrogatepass"))
+        for match in pattern.finditer(text):
+            start = to_byte(match.start())
+            node = tree.root_node.descendant_for_byte_range(start, start + size)
+            call = node.parent if node is not None else None
+            if call is not None and call.type in MEMBERS:
+                call = call.parent
+            if call is None or callee_name(call) not in function.callees:
+                continue
+            arguments = call.child_by_field_name("arguments")
+            if arguments is not None and arguments.type in ARGUMENT_LISTS:
+                found[arguments.id] = arguments
     return list(found.values())
 
 
