@@ -1,7 +1,7 @@
 """One completion at a cursor, computed by a serving engine over HTTP (memosight_lsp.backends).
 
 Everything but the generation stays ours and is the same code the in-process engine runs: the
-cursor policy and the context packing (request.plan_cursor / pack_context, stable-first so the
+cursor policy and the context packing (request.plan_of / pack_context, stable-first so the
 engine's prefix cache hits on every keystroke), the FIM prompt in the model's format, token
 healing (checked, not forced: see complete) and the post-processing. The stream is read only
 until post-processing has a whole line or block, then closed. The worker's `cancelled()`
@@ -38,7 +38,7 @@ from memosight_lsp.backends.http import deadline_in, never
 
 from . import postprocess
 from .prompt import MARKER_RESERVE, Prompt, build_prompt
-from .request import Completion, CompletionRequest, Deadline, pack_context, plan_cursor
+from .request import Completion, CompletionRequest, Deadline, pack_context, plan_of
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ class RemoteCompletionEngine:
         started = time.perf_counter()
         until = deadline_in(self.timeout_s)
         cancelled = cancelled or never
-        cursor = plan_cursor(request)
+        cursor = plan_of(request)  # the one the request carries (the server's), else made here
         if cursor.refused is not None:
             return Completion(text="", reason=cursor.refused)
         info = self.connect(until)

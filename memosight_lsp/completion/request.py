@@ -47,6 +47,13 @@ def packing_for(settings: Settings) -> Packing:
     return Packing(cross_share=context.cross_file_share / 100, similar=context.similar_snippets)
 
 
+@dataclass(frozen=True)
+class CursorPlan:
+    situation: CursorSituation
+    multiline: bool  # a block is wanted here, not one line
+    refused: str | None  # why not to complete here (None: go on)
+
+
 # The request's defaults are the settings' defaults (config.py), so the two cannot drift.
 _DEFAULTS = Settings()
 
@@ -83,6 +90,9 @@ class CompletionRequest:
     # model family's repository format where its vocabulary has one (else path marker comments).
     packing: Packing = field(default_factory=lambda: packing_for(_DEFAULTS))
     repo_format: bool = False
+    # The cursor's plan, made once where the request was built (the server does it before the
+    # worker hop, and refuses there): an engine uses it as is. None: the engine makes it.
+    plan: CursorPlan | None = None
 
     def stop_at(self) -> float:
         """The time.monotonic() by which decoding (or a prewarm's prefill) started now ends."""
@@ -143,17 +153,18 @@ class Completion:
         }
 
 
-@dataclass(frozen=True)
-class CursorPlan:
-    situation: CursorSituation
-    multiline: bool  # a block is wanted here, not one line
-    refused: str | None  # why not to complete here (None: go on)
+def plan_of(request: CompletionRequest) -> CursorPlan:
+    """The plan an engine follows: the one the request carries, else one made now (the CLI, the
+    benchmarks, direct callers)."""
+    return request.plan if request.plan is not None else plan_cursor(request)
 
 
-def plan_cursor(request: CompletionRequest) -> CursorPlan:
-    """What the cursor is in and what kind of completion it wants: the same for every engine."""
+def plan_cursor(request: CompletionRequest, *, document: str | None = None) -> CursorPlan:
+    """What the cursor is in and what kind of completion it wants: the same for every engine.
+    `document`: the whole file when request.text is a window cut from it (the server's), so that
+    a generated file is told by its own top, not by wherever the window starts."""
     line_chars = request_line_chars(request)
-    refused = file_refusal(request.text, line_chars)
+    refused = file_refusal(request.text if document is None else document, line_chars)
     if refused is not None:  # no parse of a file nobody types, nor of a data line
         situation = CursorSituation(line_prefix="", line_suffix="", previous_line="", indent="")
         return CursorPlan(situation=situation, multiline=False, refused=refused)

@@ -39,7 +39,7 @@ from .request import (
     Deadline,
     PartialListener,
     pack_context,
-    plan_cursor,
+    plan_of,
 )
 from .stable_prompt import StablePrompts
 
@@ -276,7 +276,7 @@ class CompletionEngine:
         started = time.perf_counter()
         stop_at = request.stop_at()
         self._share_cores()
-        cursor = plan_cursor(request)
+        cursor = plan_of(request)  # the one the request carries (the server's), else made here
         if cursor.refused is not None:
             return Completion(text="", reason=cursor.refused)
         situation, multiline = cursor.situation, cursor.multiline

@@ -30,13 +30,13 @@ from dataclasses import dataclass, field, replace
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
-from memosight_lsp.completion.policy import describe_cursor, file_refusal, mid_word_refusal
 from memosight_lsp.completion.remote import ENGINE_FAILURES
 from memosight_lsp.completion.request import (
     Completion,
     CompletionBackend,
     CompletionRequest,
     Deadline,
+    plan_cursor,
 )
 from memosight_lsp.completion.scheduler import Job, JobAbandoned, Scheduler
 from memosight_lsp.completion.type_through import TypeThroughCache, TypeThroughEntry
@@ -196,13 +196,15 @@ class CompletionFlow:
         to "why no completion here?", a completion's reason and memosight/context's.
 
         In order: the document is unknown (cursor None); completions are off, everywhere or for
-        the language; the model failed to load; the text is binary; the cursor is inside a word
-        under midWord 'skip'. `complete` asks in two steps: the settings' reasons first, then,
-        when no text the model already gave is being typed through, the rest.
+        the language; the model failed to load; the text is binary; the cursor's plan refuses
+        (request.plan_cursor: a generated file, a data line, inside a word under midWord
+        'skip'), the very plan a completion's request carries to the engine. `complete` asks in
+        two steps: the settings' reasons first, then, when no text the model already gave is
+        being typed through, the rest.
         """
         reason = self._switched_off(cursor, settings)
         if reason is None and cursor is not None:
-            reason = self._unanswerable(cursor, settings)
+            reason, _ = self._planned(cursor, settings)
         return reason
 
     @staticmethod
@@ -215,18 +217,22 @@ class CompletionFlow:
             return f"completions are disabled for language '{cursor.language_id}'"
         return None
 
-    def _unanswerable(self, cursor: Cursor, settings: Settings) -> str | None:
+    def _planned(
+        self, cursor: Cursor, settings: Settings
+    ) -> tuple[str | None, CompletionRequest | None]:
+        """(None, the request for the model at this cursor, carrying its plan), or (why there is
+        none, None). Decided here on the event loop, once: a refusal costs no worker hop and no
+        debounce, and the engine follows the plan it is handed instead of making its own."""
         if self.host.state == "error" and self.host.engine is None:
             # A failed load. (A serving engine that is down keeps its engine: it retries.)
-            return f"model error: {self.host.message}"
-        window = window_at(cursor.text, cursor.offset)
+            return f"model error: {self.host.message}", None
+        window, request = self.request_for(cursor.text, cursor.offset, cursor, settings)
         if is_binary(window.text):
-            return BINARY
-        before, after = window.cursor_line()
-        refused = file_refusal(cursor.text, len(before) + len(after))
-        if refused is not None:  # generated, or a data line: nothing is queued for it
-            return refused
-        return mid_word_refusal(describe_cursor(before, after), settings.completion.mid_word)
+            return BINARY, None
+        plan = plan_cursor(request, document=cursor.text)
+        if plan.refused is not None:  # nothing is queued for it
+            return plan.refused, None
+        return None, replace(request, plan=plan)
 
     async def complete(self, doc: TextDocument | None, position: types.Position) -> Outcome:
         started = time.perf_counter()
@@ -275,10 +281,9 @@ class CompletionFlow:
     async def _from_model(self, cursor: Cursor, settings: Settings) -> Outcome:
         arrived = time.monotonic()
         self.host.ensure(settings.model)
-        reason = self._unanswerable(cursor, settings)
-        if reason is not None:
+        reason, request = self._planned(cursor, settings)
+        if request is None:
             return Outcome(reason=reason, position=cursor.position)
-        _, request = self.request_for(cursor.text, cursor.offset, cursor, settings)
         key = (cursor.offset, len(cursor.text), hash(cursor.text), self.generation)
         if self._known_empty.get(cursor.uri) == key:
             return Outcome(reason="the model suggested nothing here", position=cursor.position)
@@ -523,7 +528,8 @@ class CompletionFlow:
         job = self.scheduler.submit(
             cursor.uri,
             lambda cancelled: self._run_model(
-                request,
+                # Planned on the worker, not here: this runs before the reply showing `shown`.
+                replace(request, plan=plan_cursor(request, document=accepted_text)),
                 (before, after),
                 cancelled,
                 "precomputeCalls",
