@@ -223,7 +223,7 @@ def test_an_entry_from_before_records_is_measured_again(tiny_model_dir, tmp_path
         ],
     }
     path = tmp_path / "cache" / "memosight" / "precision.json"
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({key: stale}))
     candidates.choose(limits=QUIET)
     assert len(candidates.loads) == 4
@@ -234,7 +234,7 @@ def test_an_entry_from_before_records_is_measured_again(tiny_model_dir, tmp_path
 
 def test_a_corrupt_cache_is_ignored_and_written_again(tiny_model_dir, tmp_path):
     path = tmp_path / "cache" / "memosight" / "precision.json"
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("{not json")
     candidates = Candidates(tiny_model_dir)
     candidates.choose(limits=QUIET)

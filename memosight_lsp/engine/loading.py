@@ -16,7 +16,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from . import gguf, native_kernels, precision, quantized_cache
+from . import fast_tokenizer, gguf, native_kernels, precision, quantized_cache
 from .errors import ModelLoadError
 from .fim import FimFormat, resolve_fim_format
 from .fused_trunk import prepare_trunk
@@ -140,8 +140,12 @@ def load_tokenizer(path: str | os.PathLike | None = None) -> Any:
         except gguf.GgufError as err:
             raise ModelLoadError(str(err)) from err
     folder, _ = model_folder(path)
-    try:
+
+    def build() -> Any:
         return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+
+    try:  # read back in Rust when it was kept and checked (engine/fast_tokenizer.py)
+        return fast_tokenizer.load(folder, build)
     except Exception as err:  # transformers raises many types for broken tokenizer files
         raise ModelLoadError(f"cannot load the tokenizer in {folder}: {_one_line(err)}") from err
 
