@@ -17,7 +17,11 @@ removed a parameter from a definition, the next call with that argument deleted
 edit.
 
 Bounded: the rewrite has at most the window's tokens + a margin, and ends by maxWaitMs with what
-it has (a rewrite cut short proposes only the changes in the lines it wrote).
+it has (a rewrite cut short proposes only the changes in the lines it wrote). It also ends once
+it has re-converged (`early_stop`): after a change worth proposing, the old text copied again
+across a line end and a line more (engine/edit_draft.py, Reconverged). The old tokens it did
+not write are then taken as written unchanged, so the proposal is the full rewrite's whenever
+the model would have copied the rest: a full rewrite with one change.
 
 The window (`window_of`) and the proposals (`finish`) are the same whoever rewrites: the local
 model here (NextEditor), or a serving engine (next_edit_remote.py).
@@ -34,7 +38,7 @@ from typing import Any
 
 from memosight_lsp.engine.decoder import Decoder, Generation, StopRules
 from memosight_lsp.engine.drafters import CostModel, PromptLookup
-from memosight_lsp.engine.edit_draft import WindowDraft
+from memosight_lsp.engine.edit_draft import Reconverged, WindowDraft
 from memosight_lsp.engine.greedy import GreedyDecoder
 from memosight_lsp.engine.loading import LoadedModel
 from memosight_lsp.engine.speculative import SpeculativeDecoder
@@ -69,6 +73,7 @@ class NextEditRequest:
     buffer_id: str | None = None  # the decoder's per-buffer cache key
     window_lines: int = WINDOW_LINES
     prompt_format: str = "auto"  # nextEdit.promptFormat (next_edit_prompt.py)
+    early_stop: bool = True  # end the rewrite once it re-converges after a change (Reconverged)
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,7 @@ class NextEdit:
     window_start: int = 0  # document offsets of the window
     window_end: int = 0
     rewrite: str = ""
-    complete: bool = False  # the end marker closed the rewrite
+    complete: bool = False  # the end marker closed the rewrite (the old one, when converged)
     family: str = ""
     model: str = ""
     prompt_tokens: int = 0
@@ -101,7 +106,8 @@ class NextEdit:
     decode_ms: float = 0.0
     total_ms: float = 0.0
     stop_reason: str = ""
-    tokens: list[int] = field(default_factory=list)  # the rewrite's token ids
+    tokens: list[int] = field(default_factory=list)  # the rewrite's token ids (the model's)
+    unwritten_tokens: int = 0  # old tokens taken as copied after an early stop ("converged")
     stats: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
@@ -117,6 +123,7 @@ class NextEdit:
             "decodeMs": round(self.decode_ms, 1),
             "stopReason": self.stop_reason,
             "complete": self.complete,
+            "unwrittenTokens": self.unwritten_tokens,
             **{
                 k: self.stats[k]
                 for k in ("tokensPerPass", "acceptedBySource", "acceptedDraftTokens", "engine")
@@ -188,18 +195,23 @@ def finish(result: NextEdit, request: NextEditRequest, window: Window) -> NextEd
     there are none; the window's place and the total time filled in."""
     result.first_line, result.end_line = window.first, window.end
     result.window_start, result.window_end = window.start, window.stop
-    last = request.edits[-1] if request.edits else None
-    spec = language_for(request.path, request.language_id)
-    keywords = spec.keywords if spec is not None else frozenset()
-    hunks, result.reason = proposals(
-        window.text, result.rewrite, result.complete, last, request.edits, keywords
-    )
+    hunks, result.reason = window_proposals(request, window, result.rewrite, result.complete)
     original = window.stop - window.start
     result.hunks = [
         Hunk(window.start + min(h.start, original), window.start + min(h.end, original), h.new_text)
         for h in hunks
     ]
     return result
+
+
+def window_proposals(
+    request: NextEditRequest, window: Window, rewrite: str, complete: bool
+) -> tuple[list[Hunk], str | None]:
+    """`proposals` of a rewrite of the request's window (offsets in the window's text)."""
+    last = request.edits[-1] if request.edits else None
+    spec = language_for(request.path, request.language_id)
+    keywords = spec.keywords if spec is not None else frozenset()
+    return proposals(window.text, rewrite, complete, last, request.edits, keywords)
 
 
 def line_hunks(old: str, new: str, complete: bool = True) -> list[tuple[int, int, str, str]]:
@@ -401,8 +413,8 @@ class NextEditor:
         prompt, window = self.prompt(request)
         prompt_ids = tokenizer.encode(prompt.text, add_special_tokens=True)
         draft_ids = tokenizer.encode(prompt.draft_text(window.text), add_special_tokens=False)
-        generation = self.rewrite(request, prompt, prompt_ids, draft_ids, cancelled)
-        rewrite, complete = prompt.answer_of(tokenizer.decode(generation.tokens))
+        generation, rest = self.rewrite(request, prompt, window, prompt_ids, draft_ids, cancelled)
+        rewrite, complete = prompt.answer_of(tokenizer.decode([*generation.tokens, *rest]))
         result = NextEdit(
             hunks=[],
             rewrite=rewrite,
@@ -417,6 +429,7 @@ class NextEditor:
             decode_ms=generation.decode_ms,
             stop_reason=generation.stop_reason,
             tokens=list(generation.tokens),
+            unwritten_tokens=len(rest),
             stats=dict(generation.stats),
         )
         if generation.stop_reason == "cancelled":
@@ -432,17 +445,33 @@ class NextEditor:
         self,
         request: NextEditRequest,
         prompt: NextEditPrompt,
+        window: Window,
         prompt_ids: Sequence[int],
         draft_ids: Sequence[int],
         cancelled: Callable[[], bool] | None = None,
-    ) -> Generation:
+    ) -> tuple[Generation, list[int]]:
         """The model's rewrite of the window: greedy tokens, drafted from the window unless
-        request.plain."""
+        request.plain, and the old tokens taken as written after them: none, unless it ended
+        early, re-converged after a change (stop reason "converged"; request.early_stop)."""
         tokenizer = self.loaded.tokenizer
         end = prompt.end
+        converged = self.reconverged(draft_ids) if request.early_stop else None
+        early = False
 
         def ended(tokens: Sequence[int]) -> bool:
-            return end in tokenizer.decode(list(tokens[-STOP_TAIL_TOKENS:]))
+            nonlocal early
+            if end in tokenizer.decode(list(tokens[-STOP_TAIL_TOKENS:])):
+                return True
+            if converged is None or not converged(tokens):
+                return False
+            # Back on the old text after a change: stop when the rewrite, with the rest taken as
+            # the old text, has a change to propose; a change that would be dropped (an undo,
+            # whitespace, unrelated) lets it go on to the next.
+            rewrite, complete = prompt.answer_of(tokenizer.decode([*tokens, *converged.rest()]))
+            if not window_proposals(request, window, rewrite, complete)[0]:
+                return False
+            early = True
+            return True
 
         rules = StopRules(
             max_new_tokens=rewrite_budget(len(draft_ids)),
@@ -457,4 +486,13 @@ class NextEditor:
         else:
             self.window_draft.set_target(draft_ids)
             decoder = self.decoder
-        return decoder(self.loaded.model, prompt_ids, rules, buffer_id=request.buffer_id)
+        generation = decoder(self.loaded.model, prompt_ids, rules, buffer_id=request.buffer_id)
+        if early and generation.stop_reason == "stop" and converged is not None:
+            generation.stop_reason = "converged"
+            return generation, converged.rest()
+        return generation, []
+
+    def reconverged(self, draft_ids: Sequence[int]) -> Reconverged:
+        """The early stop rule of a rewrite whose draft (the old window) is `draft_ids`."""
+        texts = self.loaded.tokenizer.batch_decode([[token] for token in draft_ids])
+        return Reconverged(draft_ids, ["\n" in text for text in texts])

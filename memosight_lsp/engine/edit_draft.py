@@ -6,6 +6,12 @@ is now: it follows the old tokens while the model copies them, and after a chang
 place again by matching the rewrite's last tokens in the old ones, nearest after the place it
 lost (without a match: as far on as the rewrite has gone since, as if as many tokens changed).
 The verification decides as for any source, so the output stays greedy's.
+
+Reconverged is a stop rule on the same place-finding (CopyPlace): true once the rewrite has
+written a change and then copied the old tokens again across a line end, RESYNC_TOKENS more and
+on to a line end.
+What follows is taken as the old text, unchanged (`rest`: the old tokens from the place it has
+copied to); it only ends the decode earlier, so every token written is still the model's.
 """
 
 from __future__ import annotations
@@ -20,81 +26,55 @@ from .drafters import MIN_PROBABILITY, AcceptanceStats, DraftCandidate, DraftSou
 COPYING, RESYNCED = 1, 2
 PRIORS = {("window", COPYING): 0.92, ("window", RESYNCED): 0.6}
 RESYNC_NGRAM = (4, 3, 2)  # the rewrite's last n tokens that must match the old ones to resync
+# Old tokens a rewrite copies after the first line end that follows a change before it counts as
+# back on the old text, and it stops only at the next line end after them: the line end
+# completes the changed line, and the whole line(s) copied after it show the change has no tail
+# (a line that starts like the old one and differs later is not taken for the copy) and hold
+# the comparison with the old lines in place (difflib aligns the changed line between two
+# copied ones). About one line of code: less than a pass of copying.
+RESYNC_TOKENS = 12
 
 
-class WindowDraft(DraftSource):
-    """Proposes the continuation of `target` (the old window's tokens) aligned to the tokens
-    generated so far. set_target() before each call; one call at a time."""
-
-    name = "window"
-    priors: ClassVar[dict[tuple[str, int], float]] = PRIORS
+class CopyPlace:
+    """Where a rewrite is in the old tokens (`target`), followed token by token: `pos` is the
+    next old token while it copies; after a change (`lost`: the old place it lost, None while it
+    never has) it is found again by the rewrite's last RESYNC_NGRAM tokens in the old ones, else
+    guessed as far on as the rewrite has gone since. `run`: tokens copied since that place."""
 
     def __init__(self, target: Sequence[int] = ()) -> None:
-        self.stats = AcceptanceStats(dict(self.priors))
-        self.target: list[int] = list(target)
-        self._grams: dict[tuple[int, ...], list[int]] = {}
-        self._pos: int | None = 0  # where the old tokens go on; None: lost after a change
-        self._seen = 0  # generated tokens already aligned
-        self._lost: int | None = None  # where the copy was last lost (None: never)
-        self._lost_at = 0  # the generated token that lost it
-        self._run = 0  # tokens copied since
-        self._bucket = COPYING
-        self._last: list[DraftCandidate] = []
-        self.set_target(target)
-
-    def set_target(self, target: Sequence[int]) -> None:
-        """The old window's tokens, as the rewrite is expected to start them."""
         self.target = list(target)
         grams: dict[tuple[int, ...], list[int]] = {}
         for n in RESYNC_NGRAM:
             for end in range(n, len(self.target) + 1):
                 grams.setdefault(tuple(self.target[end - n : end]), []).append(end)
         self._grams = grams
+        self.reset()
 
-    def start(self, state: DraftState) -> None:
-        self._pos, self._seen, self._lost, self._lost_at = 0, 0, None, 0
-        self._run, self._bucket = 0, COPYING
+    def reset(self) -> None:
+        self.pos = 0  # where the old tokens go on
+        self.lost: int | None = None  # where the copy was last lost (None: never)
+        self.lost_at = 0  # the generated token that lost it
+        self.run = 0  # tokens copied since pos was last found
+        self._seen = 0  # generated tokens already followed
 
-    def candidates(self, state: DraftState, room: int) -> list[DraftCandidate]:
-        generated = state.committed[state.prompt_len :]
-        self._align(generated)
-        self._last = []
-        if self._pos is None or self._pos >= len(self.target):
-            return []
-        bucket = ("window", self._bucket)
-        rate = self.stats.rate(bucket)
-        probs: list[float] = []
-        p = 1.0
-        for _ in range(min(room, len(self.target) - self._pos)):
-            p *= rate
-            if p < MIN_PROBABILITY:
-                break
-            probs.append(p)
-        if not probs:
-            return []
-        tokens = self.target[self._pos : self._pos + len(probs)]
-        self._last = [DraftCandidate(tokens=tokens, probs=probs, source=self.name, bucket=bucket)]
-        return self._last
-
-    def _align(self, generated: Sequence[int]) -> None:
-        """Move the place in the old tokens along the tokens generated since the last pass."""
+    def follow(self, generated: Sequence[int]) -> None:
+        """Move the place in the old tokens along the tokens generated since the last call."""
         target = self.target
+        pos: int | None = self.pos
         for i in range(self._seen, len(generated)):
-            pos = self._pos
             if pos is not None and pos < len(target) and target[pos] == generated[i]:
-                self._pos = pos + 1
-                self._run += 1
+                pos += 1
+                self.run += 1
                 continue
             if pos is not None:
-                self._lost, self._lost_at = pos, i
-            self._pos, self._run = None, 0
+                self.lost, self.lost_at = pos, i
+            pos, self.run = None, 0
         self._seen = len(generated)
-        if self._pos is None:
-            lost = self._lost or 0
+        if pos is None:
+            lost = self.lost or 0
             # No match of the tail: guess a change of as many tokens as were written since.
-            self._pos = self._resync(generated, lost) or lost + len(generated) - self._lost_at
-        # Copying since the start, or for a while since the last change: likely to go on.
-        self._bucket = COPYING if self._lost is None or self._run >= 4 else RESYNCED
+            pos = self._resync(generated, lost) or lost + len(generated) - self.lost_at
+        self.pos = pos
 
     def _resync(self, generated: Sequence[int], near: int) -> int | None:
         """The old position after the longest match of the rewrite's tail, the first at or after
@@ -109,6 +89,91 @@ class WindowDraft(DraftSource):
             return after[0] if after else ends[-1]
         return None
 
+
+class WindowDraft(DraftSource):
+    """Proposes the continuation of `target` (the old window's tokens) aligned to the tokens
+    generated so far. set_target() before each call; one call at a time."""
+
+    name = "window"
+    priors: ClassVar[dict[tuple[str, int], float]] = PRIORS
+
+    def __init__(self, target: Sequence[int] = ()) -> None:
+        self.stats = AcceptanceStats(dict(self.priors))
+        self.place = CopyPlace(target)
+        self._bucket = COPYING
+        self._last: list[DraftCandidate] = []
+
+    @property
+    def target(self) -> list[int]:
+        return self.place.target
+
+    def set_target(self, target: Sequence[int]) -> None:
+        """The old window's tokens, as the rewrite is expected to start them."""
+        self.place = CopyPlace(target)
+
+    def start(self, state: DraftState) -> None:
+        self.place.reset()
+        self._bucket = COPYING
+
+    def candidates(self, state: DraftState, room: int) -> list[DraftCandidate]:
+        place = self.place
+        place.follow(state.committed[state.prompt_len :])
+        # Copying since the start, or for a while since the last change: likely to go on.
+        self._bucket = COPYING if place.lost is None or place.run >= 4 else RESYNCED
+        self._last = []
+        if place.pos >= len(place.target):
+            return []
+        bucket = ("window", self._bucket)
+        rate = self.stats.rate(bucket)
+        probs: list[float] = []
+        p = 1.0
+        for _ in range(min(room, len(place.target) - place.pos)):
+            p *= rate
+            if p < MIN_PROBABILITY:
+                break
+            probs.append(p)
+        if not probs:
+            return []
+        tokens = place.target[place.pos : place.pos + len(probs)]
+        self._last = [DraftCandidate(tokens=tokens, probs=probs, source=self.name, bucket=bucket)]
+        return self._last
+
     def feedback(self, truth: Sequence[int]) -> None:
         self.stats.update(self._last, truth, len(truth))
         self._last = []
+
+
+class Reconverged:
+    """Stop rule (StopRules.should_stop shape: all new tokens so far -> bool) of a rewrite of
+    `target` (the old tokens; `line_ends[i]`: old token i holds a line end): true at the token
+    where the rewrite, after it last left the old tokens, has copied them again across a line
+    end, RESYNC_TOKENS more and on to the end of a line; once per change. Never true while the
+    rewrite has changed nothing: a copy to the end marker ends as it does. One rewrite per
+    instance."""
+
+    def __init__(self, target: Sequence[int], line_ends: Sequence[bool]) -> None:
+        self.place = CopyPlace(target)
+        self._line_ends = list(line_ends)
+        # next_end[i]: the first old token at or after i that holds a line end (len: none).
+        self._next_end = [len(line_ends)] * (len(line_ends) + 1)
+        for i in range(len(line_ends) - 1, -1, -1):
+            self._next_end[i] = i if line_ends[i] else self._next_end[i + 1]
+        self._fired: int | None = None  # lost_at of the change it was last true after
+
+    def __call__(self, generated: Sequence[int]) -> bool:
+        place = self.place
+        place.follow(generated)
+        if place.lost is None or place.lost_at == self._fired or place.run == 0:
+            return False
+        start = place.pos - place.run  # the copy since the change, old tokens [start, pos)
+        end = self._next_end[min(start, len(self._next_end) - 1)]
+        last = place.pos - 1  # the old token just copied
+        if last - end < RESYNC_TOKENS or not self._line_ends[last]:
+            return False
+        self._fired = place.lost_at
+        return True
+
+    def rest(self) -> list[int]:
+        """The old tokens after the place the rewrite has copied to: what it is taken to write
+        on when it stops here."""
+        return self.place.target[self.place.pos :]
