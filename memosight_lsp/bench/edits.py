@@ -28,6 +28,11 @@ greedy decoding; the tokens must be the same (`identical`; `samePrefixCutByTime`
 cut by maxWaitMs at different lengths and agree up to the shorter), and tokens per second of the
 rewrite (its decode, prefill apart) are reported with and without the window draft.
 
+`--early-stop on|off|both`: rewrites end once re-converged after a change (completion/
+next_edit.py; on, as the server does), or not; `both` predicts each case both ways (the order
+turned every other case) and reports the kinds without it under `withoutEarlyStop`, with how
+many of the model's answers proposed the same edits both ways (`earlyStopCompared`).
+
 `--llama-server URL`: the model's rewrite comes from that llama.cpp server instead (as the
 server's next edits with model.backend llama.cpp: completion/next_edit_remote.py); no local
 model is loaded and there are no speed rows. `--prompt-format` sets nextEdit.promptFormat.
@@ -71,6 +76,7 @@ from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 
 KINDS = ("rename", "string", "callsite", "control")
+EARLY_STOP_MODES = {"on": (True,), "off": (False,), "both": (False, True)}
 MAX_FUNCTION_LINES = 60
 MAX_USE_DISTANCE = 15  # lines between the edit and the expected edit: within the window
 # Lines from an edited definition to a call the window still reaches (it starts 8 lines above
@@ -336,6 +342,74 @@ def percentile(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
 
 
+class KindTally:
+    """One kind's results, one way of decoding: what the report says of it."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.prefills: list[float] = []
+        self.decodes: list[float] = []  # new tokens per second of the rewrites' decode
+        self.passes: list[float] = []
+        self.examples: list[dict[str, Any]] = []
+        self.exact = self.proposed = self.by_rename = self.by_callsite = 0
+        self.cut_by_time = self.early_stops = 0
+
+    def add(self, case: EditCase, result: NextEdit) -> None:
+        self.by_rename += result.source == "rename"
+        self.by_callsite += result.source == "callsite"
+        self.latencies.append(result.total_ms)
+        if result.source == "model" and result.new_tokens:
+            self.prefills.append(result.prefill_ms)
+            self.decodes.append(result.new_tokens / max(result.decode_ms, 1.0) * 1000)
+        self.cut_by_time += result.stop_reason in ("time", "deadline")
+        self.early_stops += result.stop_reason == "converged"
+        if result.new_tokens and result.forward_passes:  # an engine's are not counted
+            self.passes.append(result.new_tokens / max(1, result.forward_passes - 1))
+        cursor = sum(len(line) for line in case.after.splitlines(True)[: case.cursor_line])
+        nearest = next((h for h in result.hunks if h.start >= cursor), None)
+        self.proposed += bool(result.hunks)
+        self.exact += (
+            case.expected is not None
+            and nearest is not None
+            and applied(case.after, nearest) == applied(case.after, case.expected)
+        )
+        missed = (case.expected is None) == bool(result.hunks) or (
+            case.expected is not None and nearest != case.expected
+        )
+        if len(self.examples) < 4 and missed:
+            self.examples.append(
+                {
+                    "path": case.path,
+                    "line": case.cursor_line,
+                    "expected": None if case.expected is None else case.expected.new_text,
+                    "proposed": [(case.after[h.start : h.end], h.new_text) for h in result.hunks],
+                    "reason": result.reason,
+                }
+            )
+
+    def summary(self, kind: str, cases: int) -> dict[str, Any]:
+        control = kind == "control"
+        return {
+            "cases": cases,
+            "exactMatch": None if control else self.exact,
+            "exactShare": None if control or not cases else round(self.exact / cases, 3),
+            "proposals": self.proposed,
+            "renameAnswers": self.by_rename,
+            "callsiteAnswers": self.by_callsite,
+            "falseProposalShare": round(self.proposed / cases, 3) if control and cases else None,
+            "latencyMsP50": percentile(self.latencies, 0.5),
+            "latencyMsP90": percentile(self.latencies, 0.9),
+            # The model's rewrites: prefill (an engine's: to its first token), decode rate, how
+            # many maxWaitMs cut short and how many ended early, re-converged after a change.
+            "prefillMsP50": percentile(self.prefills, 0.5),
+            "decodeTokensPerSecondP50": percentile(self.decodes, 0.5),
+            "cutByTime": self.cut_by_time,
+            "earlyStops": self.early_stops,
+            "tokensPerPass": round(statistics.mean(self.passes), 2) if self.passes else None,
+            "examples": self.examples,
+        }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     editor: NextEditor | RemoteNextEditor | None
@@ -354,52 +428,64 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         loaded = load_model(None if args.model == EMBEDDED else args.model, device="cpu")
         costs = SpeculativeDecoder().measure_costs(loaded.model, 512)
         model_name, editor = loaded.name, NextEditor(loaded, costs)
+    # The early stop each case is predicted with; both: without it, then with it (the order
+    # turned every other case, so that a machine getting busier weighs on both alike).
+    modes = EARLY_STOP_MODES[args.early_stop]
     cases = make_cases(args.cases, args.seed, tuple(args.kinds.split(",")))
     kinds: dict[str, Any] = {}
     speed = {"draftTokens": 0, "draftMs": 0.0, "plainTokens": 0, "plainMs": 0.0}
     identical = compared = same_prefix = 0
+    both: dict[str, Any] = {
+        "compared": 0,
+        "sameProposals": 0,
+        "earlyStops": 0,
+        "stopped": [],  # per case it ended early: tokens and latency without it, then with it
+        "differ": [],  # the cases whose proposals differ (up to 4)
+    }
     for kind, chosen in cases.items():
-        latencies: list[float] = []
-        prefills: list[float] = []
-        decodes: list[float] = []  # new tokens per second of the rewrites' decode
-        exact = proposed = by_rename = by_callsite = cut_by_time = 0
-        passes: list[float] = []
-        examples: list[dict[str, Any]] = []
+        tallies = {mode: KindTally() for mode in modes}
         for i, case in enumerate(chosen):
             request = request_for(case, args.max_wait_ms, prompt_format=args.prompt_format)
-            result = predict(editor, request, args.model_only)
-            by_rename += result.source == "rename"
-            by_callsite += result.source == "callsite"
-            latencies.append(result.total_ms)
-            if result.source == "model" and result.new_tokens:
-                prefills.append(result.prefill_ms)
-                decodes.append(result.new_tokens / max(result.decode_ms, 1.0) * 1000)
-            cut_by_time += result.stop_reason in ("time", "deadline")
-            if result.new_tokens and result.forward_passes:  # an engine's are not counted
-                passes.append(result.new_tokens / max(1, result.forward_passes - 1))
-            cursor = sum(len(line) for line in case.after.splitlines(True)[: case.cursor_line])
-            nearest = next((h for h in result.hunks if h.start >= cursor), None)
-            proposed += bool(result.hunks)
-            exact += (
-                case.expected is not None
-                and nearest is not None
-                and applied(case.after, nearest) == applied(case.after, case.expected)
-            )
-            missed = (case.expected is None) == bool(result.hunks) or (
-                case.expected is not None and nearest != case.expected
-            )
-            if len(examples) < 4 and missed:
-                examples.append(
-                    {
-                        "path": case.path,
-                        "line": case.cursor_line,
-                        "expected": None if case.expected is None else case.expected.new_text,
-                        "proposed": [
-                            (case.after[h.start : h.end], h.new_text) for h in result.hunks
-                        ],
-                        "reason": result.reason,
-                    }
-                )
+            results: dict[bool, NextEdit] = {}
+            for mode in modes if i % 2 == 0 else modes[::-1]:
+                results[mode] = predict(editor, replace(request, early_stop=mode), args.model_only)
+                tallies[mode].add(case, results[mode])
+            if len(modes) == 2 and results[True].source == "model":
+                both["compared"] += 1
+                same = results[True].hunks == results[False].hunks
+                both["sameProposals"] += same
+                if results[True].stop_reason == "converged":
+                    both["earlyStops"] += 1
+                    both["stopped"].append(
+                        {
+                            "path": case.path,
+                            "line": case.cursor_line,
+                            "same": same,
+                            "newTokens": [results[m].new_tokens for m in modes],
+                            "latencyMs": [round(results[m].total_ms) for m in modes],
+                        }
+                    )
+                if not same and len(both["differ"]) < 4:
+                    both["differ"].append(
+                        {
+                            "path": case.path,
+                            "line": case.cursor_line,
+                            **{
+                                ("with" if mode else "without"): {
+                                    "proposed": [
+                                        (case.after[h.start : h.end], h.new_text)
+                                        for h in results[mode].hunks
+                                    ],
+                                    "reason": results[mode].reason,
+                                    "stopReason": results[mode].stop_reason,
+                                    "newTokens": results[mode].new_tokens,
+                                }
+                                for mode in modes
+                            },
+                        }
+                    )
+            request = replace(request, early_stop=modes[-1])
+            result = results[modes[-1]]
             if i < args.plain_cases and isinstance(editor, NextEditor):
                 if result.source != "model":  # the speed rows time the model's rewrite
                     result = editor.predict(request)
@@ -415,28 +501,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 speed["draftMs"] += result.decode_ms
                 speed["plainTokens"] += plain.new_tokens
                 speed["plainMs"] += plain.decode_ms
-        kinds[kind] = {
-            "cases": len(chosen),
-            "exactMatch": None if kind == "control" else exact,
-            "exactShare": None
-            if kind == "control" or not chosen
-            else round(exact / len(chosen), 3),
-            "proposals": proposed,
-            "renameAnswers": by_rename,
-            "callsiteAnswers": by_callsite,
-            "falseProposalShare": round(proposed / len(chosen), 3)
-            if kind == "control" and chosen
-            else None,
-            "latencyMsP50": percentile(latencies, 0.5),
-            "latencyMsP90": percentile(latencies, 0.9),
-            # The model's rewrites: prefill (an engine's: to its first token), decode rate, and
-            # how many maxWaitMs cut short.
-            "prefillMsP50": percentile(prefills, 0.5),
-            "decodeTokensPerSecondP50": percentile(decodes, 0.5),
-            "cutByTime": cut_by_time,
-            "tokensPerPass": round(statistics.mean(passes), 2) if passes else None,
-            "examples": examples,
-        }
+        kinds[kind] = tallies[modes[-1]].summary(kind, len(chosen))
+        if len(modes) == 2:
+            kinds[kind]["withoutEarlyStop"] = tallies[False].summary(kind, len(chosen))
     draft_rate = speed["draftTokens"] / (speed["draftMs"] / 1000) if speed["draftMs"] else None
     plain_rate = speed["plainTokens"] / (speed["plainMs"] / 1000) if speed["plainMs"] else None
     return {
@@ -446,7 +513,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "maxWaitMs": args.max_wait_ms,
         "modelOnly": args.model_only,
         "followUpsOnly": args.follow_ups_only,
+        "earlyStop": args.early_stop,
         "kinds": kinds,
+        # --early-stop both: the model's answers with and without it, case by case.
+        "earlyStopCompared": both if len(modes) == 2 else None,
         "rewrite": {
             "compared": compared,
             "identical": identical,
@@ -481,6 +551,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--prompt-format", default="auto", choices=("auto", *FAMILIES), help="nextEdit.promptFormat"
+    )
+    parser.add_argument(
+        "--early-stop",
+        default="on",
+        choices=tuple(EARLY_STOP_MODES),
+        help="end rewrites re-converged after a change (NextEditRequest.early_stop); both: "
+        "each case without it and with it, side by side",
     )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
