@@ -187,3 +187,16 @@ def test_models_says_when_the_embedded_fallback_serves(tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"notice:       {EMBEDDED_FALLBACK} (no model found)" in result.stdout
     assert FETCH_ACTION in result.stdout
+
+
+def test_the_server_starts_without_the_model_modules():
+    """The language server imports no torch nor transformers before it answers `initialize`:
+    the model host imports them on its loading worker (seconds a client would wait for the
+    handshake)."""
+    code = (
+        "import sys; import memosight_lsp.server.main; "
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False"]

@@ -12,12 +12,12 @@ from transformers import AutoTokenizer
 
 from memosight_lsp.completion.edit_history import EditHistory
 from memosight_lsp.completion.next_edit import (
-    NextEditor,
     NextEditRequest,
     line_hunks,
     proposals,
     window_of,
 )
+from memosight_lsp.completion.next_edit_local import NextEditor
 from memosight_lsp.completion.next_edit_prompt import PLAIN_END
 from memosight_lsp.engine.decoder import Decoder, Run
 from memosight_lsp.engine.edit_draft import RESYNC_TOKENS, Reconverged

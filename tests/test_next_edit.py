@@ -9,12 +9,12 @@ from test_speculative import FLAT_COST
 
 from memosight_lsp.completion.edit_history import EditHistory
 from memosight_lsp.completion.next_edit import (
-    NextEditor,
     NextEditRequest,
     choose_window,
     line_hunks,
     proposals,
 )
+from memosight_lsp.completion.next_edit_local import NextEditor
 from memosight_lsp.completion.next_edit_prompt import (
     CHAT_END,
     PLAIN_END,

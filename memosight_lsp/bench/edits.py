@@ -64,11 +64,11 @@ from memosight_lsp.completion.edit_history import EditHistory
 from memosight_lsp.completion.next_edit import (
     Hunk,
     NextEdit,
-    NextEditor,
     NextEditRequest,
     call_site_follow_up_edit,
     rename_follow_up_edit,
 )
+from memosight_lsp.completion.next_edit_local import NextEditor
 from memosight_lsp.completion.next_edit_prompt import FAMILIES
 from memosight_lsp.completion.next_edit_remote import RemoteNextEditor
 from memosight_lsp.completion.remote import RemoteCompletionEngine

@@ -94,6 +94,9 @@ class FastTokenizer:
         ids = [token_ids] if isinstance(token_ids, int) else list(token_ids)
         return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def batch_decode(self, sequences: Sequence[Sequence[int]], **options: Any) -> list[str]:
+        return [self.decode(ids, **options) for ids in sequences]
+
     def get_vocab(self) -> dict[str, int]:
         if self._vocab is None:
             self._vocab = self._backend.get_vocab(with_added_tokens=True)

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 from pygls.workspace import TextDocument
@@ -29,7 +29,6 @@ from pygls.workspace import TextDocument
 from memosight_lsp.completion.edit_history import EditHistory
 from memosight_lsp.completion.next_edit import (
     NextEdit,
-    NextEditor,
     NextEditRequest,
     call_site_follow_up_edit,
     rename_follow_up_edit,
@@ -37,14 +36,18 @@ from memosight_lsp.completion.next_edit import (
 from memosight_lsp.completion.next_edit_remote import RemoteNextEditor
 from memosight_lsp.completion.remote import RemoteCompletionEngine
 from memosight_lsp.completion.scheduler import JobAbandoned, Scheduler
-from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import Settings
-from memosight_lsp.engine.speculative import SpeculativeDecoder
 
 from .completions import DISABLED, GIVE_UP_GRACE_S, UNKNOWN_DOCUMENT
 from .documents import LineIndex
 from .model_host import ModelHost
 from .stats import ServerStats
+
+# The local model's modules (torch) are imported where a local model rewrites: the server
+# answers `initialize` before it has imported them (server/model_host.py).
+if TYPE_CHECKING:
+    from memosight_lsp.completion.next_edit_local import NextEditor
+    from memosight_lsp.completion.service import CompletionEngine
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,9 @@ class NextEditFlow:
     def editor(self, engine: CompletionEngine) -> NextEditor:
         """The next editor of the engine's model (made again when the model changes), timed
         with the engine's pass costs when it has them."""
+        from memosight_lsp.completion.next_edit_local import NextEditor
+        from memosight_lsp.engine.speculative import SpeculativeDecoder
+
         if self._editor is None or self._editor.loaded is not engine.loaded:
             decoder = engine.decoder
             costs = decoder.cost_model if isinstance(decoder, SpeculativeDecoder) else None
