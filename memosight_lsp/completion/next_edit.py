@@ -33,7 +33,7 @@ from __future__ import annotations
 import difflib
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -316,27 +316,7 @@ def rename_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
     """The next edit after a rename, found with no model (rename_follow_up.py): the place nearest
     the cursor still using the old name, renamed; none (with a reason) when no such place is
     left. None when the last edit renamed no identifier: the model decides."""
-    if not request.edits:
-        return None
-    started = time.perf_counter()
-    found = follow_up(
-        request.text,
-        cursor_of(request),
-        request.edits,
-        path=request.path,
-        language_id=request.language_id,
-    )
-    if found is None:
-        return None
-    place = found.next
-    return NextEdit(
-        hunks=[] if place is None else [Hunk(*place)],
-        reason=found.reason,
-        source="rename",
-        complete=True,
-        stats={"rename": found.describe()},
-        total_ms=(time.perf_counter() - started) * 1000,
-    )
+    return _follow_up_edit(request, follow_up, "rename")
 
 
 def call_site_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
@@ -344,10 +324,19 @@ def call_site_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
     (call_site_follow_up.py): the call nearest the cursor with that argument deleted; none (with
     a reason) when no call is left to update, or when parameters with defaults were added. None
     when the last edits changed no parameter list that way: the model decides."""
+    return _follow_up_edit(request, call_site_follow_up.follow_up, "callsite")
+
+
+def _follow_up_edit(
+    request: NextEditRequest, find: Callable[..., Any], source: str
+) -> NextEdit | None:
+    """A follow-up's answer as a NextEdit: `find` (text, cursor, edits, path, language_id) gives
+    what it found (`next`: the place and its new text, or None; `reason`; `describe()`), or None
+    when the last edits are not its kind."""
     if not request.edits:
         return None
     started = time.perf_counter()
-    found = call_site_follow_up.follow_up(
+    found = find(
         request.text,
         cursor_of(request),
         request.edits,
@@ -360,9 +349,9 @@ def call_site_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
     return NextEdit(
         hunks=[] if place is None else [Hunk(*place)],
         reason=found.reason,
-        source="callsite",
+        source=source,
         complete=True,
-        stats={"callsite": found.describe()},
+        stats={source: found.describe()},
         total_ms=(time.perf_counter() - started) * 1000,
     )
 
