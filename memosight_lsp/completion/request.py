@@ -44,7 +44,11 @@ Deadline = float | Callable[[], float]
 def packing_for(settings: Settings) -> Packing:
     """How the context settings share the budget (context.Packing)."""
     context = settings.context
-    return Packing(cross_share=context.cross_file_share / 100, similar=context.similar_snippets)
+    return Packing(
+        cross_share=context.cross_file_share / 100,
+        similar=context.similar_snippets,
+        gate=context.cross_file_gate,
+    )
 
 
 @dataclass(frozen=True)

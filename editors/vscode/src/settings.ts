@@ -39,6 +39,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'context.crossFile', default: true },
   { key: 'context.crossFileShare', default: 35 },
   { key: 'context.similarSnippets', default: 4 },
+  { key: 'context.crossFileGate', default: true },
   { key: 'compression.kvCompression', default: 'off' },
   { key: 'compression.kvRatio', default: 4 },
   { key: 'compression.minPromptTokens', default: 2048 },

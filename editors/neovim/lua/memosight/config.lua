@@ -103,6 +103,7 @@ M.settings_schema = {
     crossFile = "boolean",
     crossFileShare = "number",
     similarSnippets = "number",
+    crossFileGate = "boolean",
   },
   compression = {
     kvCompression = { "off", "lossless-draft", "lossy-snapkv" },

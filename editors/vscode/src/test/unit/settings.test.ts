@@ -30,7 +30,13 @@ const DEFAULTS = {
     maxWaitMs: 10000,
     alternatives: 3,
   },
-  context: { budgetTokens: 1024, crossFile: true, crossFileShare: 35, similarSnippets: 4 },
+  context: {
+    budgetTokens: 1024,
+    crossFile: true,
+    crossFileShare: 35,
+    similarSnippets: 4,
+    crossFileGate: true,
+  },
   compression: { kvCompression: 'off', kvRatio: 4, minPromptTokens: 2048 },
   nextEdit: { promptFormat: 'auto' },
 };
