@@ -318,6 +318,18 @@ def default_answer(request: dict) -> dict:
     return {"jsonrpc": "2.0", "id": request["id"], "result": result}
 
 
+def with_settings(options: dict[str, Any], settings: str | None) -> dict[str, Any]:
+    """`options` with `--settings` (a JSON object of sections) merged over it, section by
+    section: a section given as an object adds to the one there."""
+    merged = dict(options)
+    for section, values in json.loads(settings or "{}").items():
+        if isinstance(values, dict) and isinstance(merged.get(section), dict):
+            merged[section] = {**merged[section], **values}
+        else:
+            merged[section] = values
+    return merged
+
+
 def inline_params(uri: str, line: int, character: int) -> dict[str, Any]:
     """textDocument/inlineCompletion params as an editor sends them while the user types."""
     return {

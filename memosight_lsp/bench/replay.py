@@ -61,7 +61,14 @@ from memosight_lsp.workspace import language_for
 
 from .busy import busy
 from .llama_server import LlamaServer, LlamaServerError
-from .lsp_client import SERVER_COMMAND, StdioServer, first_text, inline_params, insertion
+from .lsp_client import (
+    SERVER_COMMAND,
+    StdioServer,
+    first_text,
+    inline_params,
+    insertion,
+    with_settings,
+)
 from .speed import HELD_OUT_PACKAGES
 
 SLOW_MS = 300.0
@@ -700,14 +707,7 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
             "quantization": args.quantization,
         },
     }
-    if args.settings:
-        extra = json.loads(args.settings)
-        for section, values in extra.items():
-            if isinstance(values, dict):
-                options.setdefault(section, {}).update(values)
-            else:
-                options[section] = values
-    return options
+    return with_settings(options, args.settings)
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from memosight_lsp.commands.common import add_model_options, model_settings_from_args
+from memosight_lsp.completion.positions import index_to_utf16
 from memosight_lsp.config import CompletionSettings, settings_to_wire
 
 from .lsp_client import (
@@ -41,6 +42,7 @@ from .lsp_client import (
     StdioServer,
     first_text,
     inline_params,
+    with_settings,
 )
 
 EMPTY_PAUSE_S = 0.05  # after an empty answer, before asking again: an editor's next keystroke
@@ -69,11 +71,7 @@ def default_cursor() -> Cursor:
     line = next(n for n in range(middle, len(lines)) if "self." in lines[n])
     kept = lines[line][: lines[line].index("self.") + len("self.")]
     lines[line] = kept
-    return Cursor(path, "\n".join(lines), line, utf16_len(kept))
-
-
-def utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
+    return Cursor(path, "\n".join(lines), line, index_to_utf16(kept, len(kept)))
 
 
 def cursor_from_args(args: argparse.Namespace) -> Cursor:
@@ -90,12 +88,7 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         "model": settings_to_wire(model_settings_from_args(args)),
         "completion": {"firstResponseMs": args.first_response_ms},
     }
-    for section, values in json.loads(args.settings or "{}").items():
-        if isinstance(values, dict) and isinstance(options.get(section), dict):
-            options[section] = {**options[section], **values}
-        else:
-            options[section] = values
-    return options
+    return with_settings(options, args.settings)
 
 
 def log_offsets(lines: list[str], spawned_wall: float) -> list[dict[str, Any]]:

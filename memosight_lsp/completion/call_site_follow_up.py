@@ -127,7 +127,8 @@ def follow_up(
     """The calls to update after a parameter was removed (see the module doc); None: the last
     edits changed no parameter list that way (the model decides)."""
     spec = language_for(path, language_id)
-    if spec is None or not edits or len(text.encode("utf-8", "surrogatepass")) > MAX_PARSE_BYTES:
+    source = text.encode("utf-8", "surrogatepass")
+    if spec is None or not edits or len(source) > MAX_PARSE_BYTES:
         return None
     found = signature_change(spec, text, edits)
     if found is None:
@@ -141,7 +142,6 @@ def follow_up(
     if any(p.variadic for p in old.params):
         reason = "a variadic parameter: the calls' arguments cannot be matched to it"
         return CallSiteFollowUp(function=new.name, removed=removed.key, edits=[], reason=reason)
-    source = text.encode("utf-8", "surrogatepass")
     places = []  # byte ranges
     for call in calls_of(tree, text, new, spec.name):
         hunk = call_update(call, old.params, new.params, removed)

@@ -481,9 +481,11 @@ class CompletionFlow:
             index = self.line_index(doc)
             position = index.position_at(doc.position_codec, len(index.text))
         cursor = self.cursor(doc, position)
-        if self.refusal(cursor, settings) is not None:
+        if self._switched_off(cursor, settings) is not None:
             return
-        _, request = self.request_for(cursor.text, cursor.offset, cursor, settings)
+        _, request = self._planned(cursor, settings)  # refusal()'s answer and its request
+        if request is None:
+            return
         key = ("prewarm", cursor.offset, len(cursor.text), hash(cursor.text), self.generation)
 
         def work(cancelled: Callable[[], bool]) -> dict | None:
