@@ -75,10 +75,8 @@ class FastTokenizer:
         self.eos_token_id: int | None = meta.get("eos_token_id")
         self.bos_token_id: int | None = meta.get("bos_token_id")
         self.pad_token_id: int | None = meta.get("pad_token_id")
-        self.unk_token_id: int | None = meta.get("unk_token_id")
         self.all_special_ids: list[int] = list(meta.get("all_special_ids", []))
         self.chat_template: str | None = meta.get("chat_template")
-        self.name_or_path: str = meta.get("name_or_path", "")
         self._length = int(meta["length"])
 
     def encode(self, text: str, add_special_tokens: bool = True, **options: Any) -> list[int]:
@@ -102,22 +100,8 @@ class FastTokenizer:
             self._vocab = self._backend.get_vocab(with_added_tokens=True)
         return dict(self._vocab)
 
-    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> Any:
-        if isinstance(ids, int):
-            return self._backend.id_to_token(ids)
-        return [self._backend.id_to_token(i) for i in ids]
-
-    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> Any:
-        if isinstance(tokens, str):
-            return self._backend.token_to_id(tokens)
-        return [self._backend.token_to_id(t) for t in tokens]
-
     def __len__(self) -> int:
         return self._length
-
-    @property
-    def backend_tokenizer(self) -> Any:
-        return self._backend
 
     @property
     def full(self) -> Any:
@@ -189,10 +173,8 @@ def _keep(entry_file: Path, full: Any) -> None:
         "eos_token_id": full.eos_token_id,
         "bos_token_id": full.bos_token_id,
         "pad_token_id": full.pad_token_id,
-        "unk_token_id": full.unk_token_id,
         "all_special_ids": list(full.all_special_ids),
         "chat_template": getattr(full, "chat_template", None),
-        "name_or_path": str(getattr(full, "name_or_path", "")),
         "length": len(full),
     }
     from tokenizers import Tokenizer
