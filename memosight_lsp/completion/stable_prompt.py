@@ -15,6 +15,7 @@ latency.py) and pinned anew.
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -120,7 +121,9 @@ class StablePrompts:
             end, suffix, suffix_used = suffix_window(
                 lines, line, column, min(max_suffix, max_tokens - used), counter
             )
-        self._pins.move_to_end(buffer_id)
+        # The server's thread may forget the buffer meanwhile (it closed): it stays forgotten.
+        with contextlib.suppress(KeyError):
+            self._pins.move_to_end(buffer_id)
         self.reused += 1
         own = [
             Snippet(
