@@ -32,11 +32,11 @@ class ModelSettings:
     path: str | None = "auto"
     device: Device = "auto"  # auto: CUDA when available, else CPU
     # auto: bfloat16 on CUDA; on a CPU the fastest of float32 / bfloat16 / int8 for this model,
-    # measured once per machine (engine/precision.py).
+    # measured once per machine (inference/precision.py).
     dtype: Dtype = "auto"
     quantization: Quantization = "auto"  # weight-only int8 / int4 of the linear layers (CPU)
     fim_format: str = "auto"  # auto, none, qwen, starcoder, deepseek, codellama, codegemma
-    # A serving engine instead of the in-process model (backends/): its base URL (None: the
+    # A serving engine instead of the in-process model (engines/): its base URL (None: the
     # engine's default port on 127.0.0.1), the model it serves (None: the one it serves),
     # the environment variable holding its API key (the key itself is never a setting) and
     # the deadline of one remote completion.
@@ -60,14 +60,14 @@ class CompletionSettings:
     type_through: bool = True
     precompute_next: bool = True
     # Answer by then with what is verified so far (decoding goes on, for the next keystroke),
-    # and size a cold prompt to the model's measured prefill rate (completion/latency.py);
+    # and size a cold prompt to the model's measured prefill rate (pipeline/latency.py);
     # 0: wait for the whole completion and pack the whole budget.
     first_response_ms: int = 300
     # No completion takes longer: past it decoding ends with what is verified, and a model job
-    # that does not end (a stuck worker) is abandoned a little later (completion/scheduler.py).
+    # that does not end (a stuck worker) is abandoned a little later (session/scheduler.py).
     max_wait_ms: int = 10_000
     # Items of an inline completion: the greedy suggestion first, then up to this many minus one
-    # other likely beginnings the model nearly chose, a few tokens each (engine/branches.py);
+    # other likely beginnings the model nearly chose, a few tokens each (inference/branches.py);
     # 1: the greedy suggestion alone.
     alternatives: int = 3
 
@@ -90,14 +90,14 @@ class ContextSettings:
 
 @dataclass(kw_only=True)
 class CompressionSettings:
-    # Applied only where engine/compression_policy.py says it pays (long prompts, supported
+    # Applied only where inference/compression_policy.py says it pays (long prompts, supported
     # architectures; lossless-draft not on CPU, where it measured slower).
     kv_compression: KvCompression = "off"
     kv_ratio: int = 4  # prompt positions per kept KV position
     min_prompt_tokens: int = 2048  # shorter prompts are never compressed (measured break-even)
 
 
-# The next-edit prompt's format (completion/next_edit_prompt.py); auto: by the model's name and
+# The next-edit prompt's format (next_edit/prompt.py); auto: by the model's name and
 # vocabulary. Spelled here: config imports nothing else of the package.
 NextEditFormat = Literal["auto", "chat", "plain", "zeta", "sweep"]
 

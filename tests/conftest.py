@@ -19,11 +19,11 @@ os.environ["MEMOSIGHT_DISCOVERY"] = "0"
 
 from tiny_models import save_tiny_model
 
-from memosight_lsp.engine import native_kernels
+from memosight_lsp.inference import native_kernels
 
 # Tests measure the native kernels where they run: built in the foreground before the first
 # test (pytest_sessionstart), once per machine (a user's are built in the background:
-# engine/native_kernels.py), in the real kernel folder even when a test points XDG_CACHE_HOME
+# inference/native_kernels.py), in the real kernel folder even when a test points XDG_CACHE_HOME
 # elsewhere. Servers and commands the tests start inherit both.
 os.environ.setdefault(native_kernels.ENV_SWITCH, "wait")
 os.environ.setdefault(native_kernels.DIR_SWITCH, str(native_kernels.cache_root()))

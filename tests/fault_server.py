@@ -45,7 +45,7 @@ def install_forward_fault(control: Path) -> None:
             return ""
 
     def timing() -> bool:
-        """Whether this call is the model's timings (completion/calibration.py), which run
+        """Whether this call is the model's timings (pipeline/calibration.py), which run
         whenever the worker is idle after an answer: faults are meant for requests."""
         frame = sys._getframe(2)
         while frame is not None:

@@ -12,15 +12,15 @@ import torch
 from test_speculative import FLAT_COST, prompts_from_files
 from tiny_models import STDLIB
 
-from memosight_lsp.completion.alternatives import distinct
-from memosight_lsp.completion.request import CompletionRequest
-from memosight_lsp.completion.service import CompletionEngine, alternatives_until
 from memosight_lsp.config import parse_settings
-from memosight_lsp.engine.branches import RUNNER_UP_RATIO, runner_ups
-from memosight_lsp.engine.decoder import BranchRules, StopRules
-from memosight_lsp.engine.greedy import GreedyDecoder, greedy_generate
-from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR, load_model
-from memosight_lsp.engine.speculative import SpeculativeDecoder
+from memosight_lsp.inference.branches import RUNNER_UP_RATIO, runner_ups
+from memosight_lsp.inference.decoder import BranchRules, StopRules
+from memosight_lsp.inference.greedy import GreedyDecoder, greedy_generate
+from memosight_lsp.inference.loading import EMBEDDED_MODEL_DIR, load_model
+from memosight_lsp.inference.speculative import SpeculativeDecoder
+from memosight_lsp.pipeline.alternatives import distinct
+from memosight_lsp.pipeline.local_backend import LocalBackend, alternatives_until
+from memosight_lsp.pipeline.request import CompletionRequest
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -121,12 +121,12 @@ def cursors(count: int, seed: int) -> list[tuple[str, int, int]]:
 
 @pytest.mark.slow
 def test_engine_items_first_unchanged_others_distinct(tiny_model_dir):
-    """CompletionEngine: the first item is the same text with alternatives 3, 1 and plain greedy;
+    """LocalBackend: the first item is the same text with alternatives 3, 1 and plain greedy;
     the others are non-empty and no duplicate of any item; alternatives 1 gives none."""
     loaded = load_model(tiny_model_dir, device="cpu")
-    engine = CompletionEngine(loaded, time_passes=False)
-    single = CompletionEngine(loaded, time_passes=False)
-    plain = CompletionEngine(loaded, time_passes=False, speculative=False)
+    engine = LocalBackend(loaded, time_passes=False)
+    single = LocalBackend(loaded, time_passes=False)
+    plain = LocalBackend(loaded, time_passes=False, speculative=False)
     with_others = 0
     for i, (text, line, column) in enumerate(cursors(24, seed=3)):
         base = {"text": text, "line": line, "column": column, "max_new_tokens": 16}

@@ -18,10 +18,10 @@ from engines import QWEN_GGUF, EngineProcess, llama_server
 from lsp_session import inline, open_doc, start, stats, stop, wait_until
 from lsprotocol import types
 
-from memosight_lsp.backends import Cancelled, GenerateRequest, PromptPieces
-from memosight_lsp.backends import http as engine_http
-from memosight_lsp.backends.llama_cpp import LlamaCppBackend
-from memosight_lsp.backends.vllm import prometheus_totals
+from memosight_lsp.engines import Cancelled, GenerateRequest, PromptPieces
+from memosight_lsp.engines import http as engine_http
+from memosight_lsp.engines.llama_cpp import LlamaCppClient
+from memosight_lsp.engines.vllm import prometheus_totals
 
 pytestmark = pytest.mark.slow
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -76,7 +76,7 @@ def busy(engine: EngineProcess) -> bool:
 
 
 def test_the_probe_finds_infill_fim_tokens_and_the_context(engine):
-    info = LlamaCppBackend(engine.url).probe(engine_http.deadline_in(30))
+    info = LlamaCppClient(engine.url).probe(engine_http.deadline_in(30))
     assert info.infill
     assert info.fim is not None and info.fim.name == "qwen"
     assert info.context_length == 4096
@@ -159,7 +159,7 @@ async def test_typing_through_a_suggestion_asks_the_engine_nothing(client, engin
 
 
 def test_a_cancelled_stream_stops_the_engine(engine):
-    backend = LlamaCppBackend(engine.url)
+    backend = LlamaCppClient(engine.url)
     backend.probe(engine_http.deadline_in(30))
     request = GenerateRequest(
         prompt=PromptPieces(text="", prefix="# A long essay about prime numbers.\n\n", suffix=""),

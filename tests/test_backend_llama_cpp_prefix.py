@@ -8,10 +8,10 @@ import logging
 import pytest
 from engines import SMOLLM_GGUF, llama_server
 
-from memosight_lsp.backends import http as engine_http
-from memosight_lsp.backends.llama_cpp import LlamaCppBackend
-from memosight_lsp.completion.remote import RemoteCompletionEngine
-from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.engines import http as engine_http
+from memosight_lsp.engines.llama_cpp import LlamaCppClient
+from memosight_lsp.pipeline.engine_backend import EngineBackend
+from memosight_lsp.pipeline.request import CompletionRequest
 
 pytestmark = pytest.mark.slow
 
@@ -24,12 +24,12 @@ def engine(tmp_path_factory):
 
 
 def test_no_fim_tokens_means_prefix_only_through_completion(engine, caplog):
-    backend = LlamaCppBackend(engine.url)
+    backend = LlamaCppClient(engine.url)
     info = backend.probe(engine_http.deadline_in(30))
     assert not info.infill and info.fim is None
     assert any("no /infill" in note and "prefix-only" in note for note in info.notes)
     caplog.set_level(logging.INFO)
-    remote = RemoteCompletionEngine(LlamaCppBackend(engine.url), timeout_s=30)
+    remote = EngineBackend(LlamaCppClient(engine.url), timeout_s=30)
     text = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if n < 2:\n'
     text += "        return n\n    return \n"
     completion = remote.complete(CompletionRequest(text=text, line=4, column=11, max_new_tokens=16))

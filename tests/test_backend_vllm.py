@@ -14,9 +14,9 @@ from engines import SMOLLM_HF, EngineProcess, vllm_server
 from lsp_session import inline, open_doc, start, stats, stop, wait_for_state
 from lsprotocol import types
 
-from memosight_lsp.backends import Cancelled, GenerateRequest, PromptPieces
-from memosight_lsp.backends import http as engine_http
-from memosight_lsp.backends.vllm import VllmBackend, prefix_cache_counts
+from memosight_lsp.engines import Cancelled, GenerateRequest, PromptPieces
+from memosight_lsp.engines import http as engine_http
+from memosight_lsp.engines.vllm import VllmClient, prefix_cache_counts
 
 pytestmark = pytest.mark.slow
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -55,7 +55,7 @@ async def client(engine, workspace):
 
 
 def test_the_probe_finds_the_model_its_context_and_no_fim(engine):
-    backend = VllmBackend(engine.url)
+    backend = VllmClient(engine.url)
     info = backend.probe(engine_http.deadline_in(30))
     assert info.model == "smollm2" and info.context_length == 2048
     assert info.token_ids and info.fim is None  # SmolLM2 has no FIM tokens
@@ -82,7 +82,7 @@ async def test_completions_and_the_prefix_cache_on_the_next_keystroke(client, en
     text = await inline(client, uri, row, 11)
     assert text and "fibonacci" in text
     typed = ")" if not text.startswith(")") else "]"  # not typing through: a new prompt
-    queries0, hits0 = prefix_cache_counts(VllmBackend(engine.url).metrics(time.monotonic() + 10))
+    queries0, hits0 = prefix_cache_counts(VllmClient(engine.url).metrics(time.monotonic() + 10))
     before = await stats(client)
     client.text_document_did_change(
         types.DidChangeTextDocumentParams(
@@ -98,7 +98,7 @@ async def test_completions_and_the_prefix_cache_on_the_next_keystroke(client, en
     await inline(client, uri, row, 12)
     after = await stats(client)
     assert after["modelCalls"] == before["modelCalls"] + 1
-    queries1, hits1 = prefix_cache_counts(VllmBackend(engine.url).metrics(time.monotonic() + 10))
+    queries1, hits1 = prefix_cache_counts(VllmClient(engine.url).metrics(time.monotonic() + 10))
     assert hits1 - hits0 > 0.5 * (queries1 - queries0) > 0  # vLLM's own counters
     cached = after["engineCachedTokens"] - before["engineCachedTokens"]
     assert cached > 0  # usage.prompt_tokens_details (--enable-prompt-tokens-details)
@@ -106,7 +106,7 @@ async def test_completions_and_the_prefix_cache_on_the_next_keystroke(client, en
 
 
 def test_a_cancelled_stream_is_aborted_by_the_engine(engine):
-    backend = VllmBackend(engine.url)
+    backend = VllmClient(engine.url)
     backend.probe(engine_http.deadline_in(30))
     generated = backend.metrics(engine_http.deadline_in(10))["vllm:generation_tokens_total"]
     request = GenerateRequest(

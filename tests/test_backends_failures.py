@@ -11,16 +11,16 @@ import time
 import pytest
 from fake_engine import FakeEngine, Handler, sse
 
-from memosight_lsp.backends import (
+from memosight_lsp.engines import (
     Cancelled,
     EngineError,
     GenerateRequest,
     PromptPieces,
 )
-from memosight_lsp.backends import http as engine_http
-from memosight_lsp.backends.openai import OpenAIBackend
-from memosight_lsp.completion.remote import NOT_THE_WORD, RemoteCompletionEngine
-from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.engines import http as engine_http
+from memosight_lsp.engines.openai import OpenAIClient
+from memosight_lsp.pipeline.engine_backend import NOT_THE_WORD, EngineBackend
+from memosight_lsp.pipeline.request import CompletionRequest
 
 MODELS = {"object": "list", "data": [{"id": "tiny", "max_model_len": 2048}]}
 
@@ -48,14 +48,14 @@ def request(text: str = "def f():\n    return", seconds: float = 2.0) -> Generat
 
 
 def generate(engine: FakeEngine, seconds: float = 2.0, cancelled=engine_http.never, on_text=None):
-    backend = OpenAIBackend(engine.url)
+    backend = OpenAIClient(engine.url)
     return backend.generate(
         request(seconds=seconds), on_text=on_text or (lambda text: False), cancelled=cancelled
     )
 
 
 def test_an_engine_that_is_down_is_unreachable_at_once():
-    backend = OpenAIBackend(f"http://127.0.0.1:{free_port()}")
+    backend = OpenAIClient(f"http://127.0.0.1:{free_port()}")
     started = time.monotonic()
     with pytest.raises(EngineError) as err:
         backend.probe(engine_http.deadline_in(5))
@@ -72,7 +72,7 @@ def test_an_engine_that_never_answers_is_given_up_on_by_the_deadline():
     with FakeEngine({("GET", "/v1/models"): stall}) as engine:
         started = time.monotonic()
         with pytest.raises(EngineError) as err:
-            OpenAIBackend(engine.url).probe(engine_http.deadline_in(0.3))
+            OpenAIClient(engine.url).probe(engine_http.deadline_in(0.3))
         assert err.value.kind == "timeout"
         assert time.monotonic() - started < 0.6
 
@@ -115,7 +115,7 @@ def test_a_model_list_that_is_not_one_is_malformed():
         handler.send_raw(b"<html>gateway</html>", kind="text/html")
 
     with FakeEngine({("GET", "/v1/models"): bad}) as engine, pytest.raises(EngineError) as err:
-        OpenAIBackend(engine.url).probe(engine_http.deadline_in(2))
+        OpenAIClient(engine.url).probe(engine_http.deadline_in(2))
     assert err.value.kind == "malformed"
 
 
@@ -133,7 +133,7 @@ def test_an_http_error_carries_the_engines_own_words():
 
 def test_a_wrong_model_name_says_what_the_engine_serves():
     with FakeEngine({("GET", "/v1/models"): models}) as engine, pytest.raises(EngineError) as err:
-        OpenAIBackend(engine.url, model="gpt-9").probe(engine_http.deadline_in(2))
+        OpenAIClient(engine.url, model="gpt-9").probe(engine_http.deadline_in(2))
     assert "does not serve model 'gpt-9'" in str(err.value)
     assert "tiny" in str(err.value)
 
@@ -202,8 +202,8 @@ def completion_request() -> CompletionRequest:
 def test_an_engine_down_answers_empty_at_once_with_one_status_and_recovers():
     port = free_port()
     healths: list[tuple[bool, str]] = []
-    remote = RemoteCompletionEngine(
-        OpenAIBackend(f"http://127.0.0.1:{port}"),
+    remote = EngineBackend(
+        OpenAIClient(f"http://127.0.0.1:{port}"),
         timeout_s=2,
         on_health=lambda up, message: healths.append((up, message)),
     )
@@ -235,8 +235,8 @@ def test_a_slow_engine_is_not_marked_down():
     routes = {("GET", "/v1/models"): models, ("POST", "/v1/completions"): stall}
     healths: list[bool] = []
     with FakeEngine(routes) as engine:
-        remote = RemoteCompletionEngine(
-            OpenAIBackend(engine.url), timeout_s=0.4, on_health=lambda up, m: healths.append(up)
+        remote = EngineBackend(
+            OpenAIClient(engine.url), timeout_s=0.4, on_health=lambda up, m: healths.append(up)
         )
         started = time.monotonic()
         answer = remote.complete(completion_request())
@@ -254,7 +254,7 @@ def test_a_partial_word_is_healed_by_the_model_or_the_answer_dropped():
 
     routes = {("GET", "/v1/models"): models, ("POST", "/v1/completions"): completions}
     with FakeEngine(routes) as engine:
-        remote = RemoteCompletionEngine(OpenAIBackend(engine.url), timeout_s=2)
+        remote = EngineBackend(OpenAIClient(engine.url), timeout_s=2)
         request = CompletionRequest(text="def f(msg):\n    raise TypeErr\n", line=1, column=17)
         healed = remote.complete(request)
         diverged = remote.complete(request)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from fake_engine import FakeEngine, Handler, ndjson
 
-from memosight_lsp.backends import EngineError, GenerateRequest, PromptPieces
-from memosight_lsp.backends import http as engine_http
-from memosight_lsp.backends.ollama import OllamaBackend
-from memosight_lsp.completion.remote import RemoteCompletionEngine
-from memosight_lsp.completion.request import CompletionRequest
+from memosight_lsp.engines import EngineError, GenerateRequest, PromptPieces
+from memosight_lsp.engines import http as engine_http
+from memosight_lsp.engines.ollama import OllamaClient
+from memosight_lsp.pipeline.engine_backend import EngineBackend
+from memosight_lsp.pipeline.request import CompletionRequest
 
 QWEN_VOCAB = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "def"]
 
@@ -74,7 +74,7 @@ def generate_request() -> GenerateRequest:
 
 def test_fim_tokens_in_the_vocabulary_give_our_prompt_raw():
     with FakeEngine(ollama(show(QWEN_VOCAB), ANSWER)) as engine:
-        backend = OllamaBackend(engine.url)
+        backend = OllamaClient(engine.url)
         info = backend.probe(engine_http.deadline_in(2))
         assert info.fim is not None and info.fim.name == "qwen"
         assert info.model == "qwen2.5-coder:0.5b"  # the first pulled model: none was named
@@ -95,7 +95,7 @@ def test_fim_tokens_in_the_vocabulary_give_our_prompt_raw():
 
 def test_a_template_with_a_suffix_gets_prefix_and_suffix():
     with FakeEngine(ollama(show(None, ("completion", "insert")), ANSWER)) as engine:
-        backend = OllamaBackend(engine.url, model="qwen2.5-coder:0.5b")
+        backend = OllamaClient(engine.url, model="qwen2.5-coder:0.5b")
         info = backend.probe(engine_http.deadline_in(2))
         assert info.infill and info.fim is None
         backend.generate(generate_request(), on_text=lambda t: False, cancelled=lambda: False)
@@ -107,14 +107,14 @@ def test_a_template_with_a_suffix_gets_prefix_and_suffix():
 
 def test_no_fim_at_all_sends_the_prefix_alone():
     with FakeEngine(ollama(show(["a", "b"]), ANSWER)) as engine:
-        info = OllamaBackend(engine.url).probe(engine_http.deadline_in(2))
+        info = OllamaClient(engine.url).probe(engine_http.deadline_in(2))
     assert info.fim is None and not info.infill
     assert "prefix-only" in info.notes[0]
 
 
 def test_a_model_that_is_not_pulled_is_named_in_the_error():
     with FakeEngine(ollama(show(QWEN_VOCAB), ANSWER)) as engine, pytest.raises(EngineError) as err:
-        OllamaBackend(engine.url, model="codellama:7b").probe(engine_http.deadline_in(2))
+        OllamaClient(engine.url, model="codellama:7b").probe(engine_http.deadline_in(2))
     assert err.value.status == 404
     assert "codellama:7b" in str(err.value)
 
@@ -122,14 +122,14 @@ def test_a_model_that_is_not_pulled_is_named_in_the_error():
 def test_an_error_line_in_the_stream_is_an_error():
     answer = [{"response": "a", "done": False}, {"error": "llama runner process has terminated"}]
     with FakeEngine(ollama(show(QWEN_VOCAB), answer)) as engine, pytest.raises(EngineError) as err:
-        backend = OllamaBackend(engine.url)
+        backend = OllamaClient(engine.url)
         backend.generate(generate_request(), on_text=lambda t: False, cancelled=lambda: False)
     assert "runner process has terminated" in str(err.value)
 
 
 def test_a_completion_through_ollama_is_post_processed_like_any_other():
     with FakeEngine(ollama(show(QWEN_VOCAB), ANSWER)) as engine:
-        remote = RemoteCompletionEngine(OllamaBackend(engine.url), timeout_s=2)
+        remote = EngineBackend(OllamaClient(engine.url), timeout_s=2)
         completion = remote.complete(
             CompletionRequest(text="def add(a, b):\n    return \n", line=1, column=11)
         )

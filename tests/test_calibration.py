@@ -1,4 +1,4 @@
-"""The machine's timings of a model (completion/calibration.py, engine/calibration_cache.py):
+"""The machine's timings of a model (pipeline/calibration.py, inference/calibration_cache.py):
 kept per machine, model and precision; a server with none kept answers first on defaults that
 give the same tokens, and times them on its idle worker after that answer, giving way to
 requests."""
@@ -15,19 +15,19 @@ import time
 import pytest
 from tiny_models import STDLIB
 
-from memosight_lsp.completion.latency import MIN_CHUNK_TOKENS, MIN_PROMPT_TOKENS
-from memosight_lsp.completion.prompt import MARKER_RESERVE
-from memosight_lsp.completion.request import CompletionRequest
-from memosight_lsp.completion.scheduler import Scheduler
-from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import ModelSettings
-from memosight_lsp.engine import calibration_cache
-from memosight_lsp.engine.calibration_cache import Calibration
-from memosight_lsp.engine.drafters import CostModel
-from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.row_kernels import FEW_ROWS, LINEAR
-from memosight_lsp.server.model_host import ModelHost
+from memosight_lsp.inference import calibration_cache
+from memosight_lsp.inference.calibration_cache import Calibration
+from memosight_lsp.inference.drafters import CostModel
+from memosight_lsp.inference.fused_trunk import FusedTrunk, prepare_trunk
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.row_kernels import FEW_ROWS, LINEAR
+from memosight_lsp.pipeline.latency import MIN_CHUNK_TOKENS, MIN_PROMPT_TOKENS
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.prompt import MARKER_RESERVE
+from memosight_lsp.pipeline.request import CompletionRequest
+from memosight_lsp.session.model_host import ModelHost
+from memosight_lsp.session.scheduler import Scheduler
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -48,7 +48,7 @@ def request(line: int = 120, **options) -> CompletionRequest:
     return CompletionRequest(text=TEXT, line=line, column=0, mid_word="complete", **options)
 
 
-def quiet(engine: CompletionEngine) -> CompletionEngine:
+def quiet(engine: LocalBackend) -> LocalBackend:
     """Keep what it measures whatever else runs on the (shared) test machine."""
     engine.calibration.busy_cores = math.inf
     return engine
@@ -105,7 +105,7 @@ def test_the_cache_keeps_a_bounded_number_of_entries():
 
 
 def test_nothing_kept_the_first_completion_runs_on_defaults_and_times_nothing(loaded):
-    engine = CompletionEngine(loaded)
+    engine = LocalBackend(loaded)
     assert engine.calibration.apply_cached() is False
     assert engine.calibration.pending == ["prefill", "passCosts", "rowKernels"]
     due: list[int] = []
@@ -134,7 +134,7 @@ def test_nothing_kept_the_first_completion_runs_on_defaults_and_times_nothing(lo
 
 
 def test_measuring_gives_way_keeps_each_finished_step_and_then_caches(loaded):
-    engine = quiet(CompletionEngine(loaded))
+    engine = quiet(LocalBackend(loaded))
     engine.calibration.apply_cached()
     assert engine.calibration.measure(cancelled=lambda: True) is False
     assert engine.calibration.pending == ["prefill", "passCosts", "rowKernels"]
@@ -154,12 +154,12 @@ def test_measuring_gives_way_keeps_each_finished_step_and_then_caches(loaded):
 
 
 def test_a_second_server_takes_the_kept_timings_and_times_nothing(loaded):
-    first = quiet(CompletionEngine(loaded))
+    first = quiet(LocalBackend(loaded))
     first.calibration.apply_cached()
     first.calibration.measure()
     kept = calibration_cache.read(first.calibration.key)
     assert kept is not None
-    second = CompletionEngine(loaded)
+    second = LocalBackend(loaded)
     assert second.calibration.apply_cached() is True
     assert second.calibration.describe()["source"] == "cached"
     assert second.decoder.cost_model.costs == kept.pass_costs  # type: ignore[attr-defined]
@@ -173,7 +173,7 @@ def test_a_second_server_takes_the_kept_timings_and_times_nothing(loaded):
 
 
 def test_timings_taken_beside_busy_processes_serve_but_are_not_kept(loaded):
-    engine = CompletionEngine(loaded)
+    engine = LocalBackend(loaded)
     engine.calibration.apply_cached()
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
     try:
@@ -189,7 +189,7 @@ def test_timings_taken_beside_busy_processes_serve_but_are_not_kept(loaded):
 
 
 def test_dropping_the_kv_caches_forgets_every_buffer(loaded):
-    engine = CompletionEngine(loaded)
+    engine = LocalBackend(loaded)
     engine.calibration.apply_cached()
     engine.complete(request(buffer_id="file:///a.py"))
     assert engine.decoder.prefix_cache.stats()["buffers"] == 1
@@ -207,8 +207,8 @@ def test_the_server_times_after_its_first_answer_and_never_before(tiny_model_dir
     try:
         host.ensure(ModelSettings(path=str(tiny_model_dir), device="cpu"))
         host.wait(60)
-        engine = host.engine
-        assert isinstance(engine, CompletionEngine) and states[-1] == "ready"
+        engine = host.backend
+        assert isinstance(engine, LocalBackend) and states[-1] == "ready"
         engine.calibration.busy_cores = math.inf
         time.sleep(1.0)  # an idle worker before any request: still nothing timed
         assert engine.calibration.pending == ["prefill", "passCosts", "rowKernels"]
@@ -231,8 +231,8 @@ def test_a_request_interrupts_the_timing_and_it_resumes_after_the_answer(tiny_mo
     try:
         host.ensure(ModelSettings(path=str(tiny_model_dir), device="cpu"))
         host.wait(60)
-        engine = host.engine
-        assert isinstance(engine, CompletionEngine)
+        engine = host.backend
+        assert isinstance(engine, LocalBackend)
         engine.calibration.busy_cores = math.inf
         timing = threading.Event()
         measure = engine.calibration.measure

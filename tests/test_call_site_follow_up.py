@@ -20,9 +20,9 @@ from lsp_session import (
     tiny_options,
 )
 
-from memosight_lsp.completion.call_site_follow_up import CallSiteFollowUp, follow_up
-from memosight_lsp.completion.edit_history import EditHistory
-from memosight_lsp.completion.next_edit import NextEditRequest, call_site_follow_up_edit
+from memosight_lsp.next_edit.call_site_follow_up import CallSiteFollowUp, follow_up
+from memosight_lsp.next_edit.edit_history import EditHistory
+from memosight_lsp.next_edit.predict import NextEditRequest, call_site_follow_up_edit
 
 
 class Buffer:

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from memosight_lsp.engine.chunk_scoring import ChunkScorer, rerank, text_scorer
-from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR, load_model
+from memosight_lsp.inference.chunk_scoring import ChunkScorer, rerank, text_scorer
+from memosight_lsp.inference.loading import EMBEDDED_MODEL_DIR, load_model
 
 
 def test_nll_matches_a_full_forward(tiny_model_dir):

@@ -10,13 +10,13 @@ import pytest
 import torch
 from tiny_models import STDLIB
 
-from memosight_lsp.engine.decoder import MAX_PREFILL_ROWS, Decoder, Run, StopRules
-from memosight_lsp.engine.drafters import CostModel
-from memosight_lsp.engine.fused_trunk import prepare_trunk
-from memosight_lsp.engine.greedy import GreedyDecoder, forward
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.prefix_cache import PrefixCache
-from memosight_lsp.engine.speculative import ModelRunner, SpeculativeDecoder
+from memosight_lsp.inference.decoder import MAX_PREFILL_ROWS, Decoder, Run, StopRules
+from memosight_lsp.inference.drafters import CostModel
+from memosight_lsp.inference.fused_trunk import prepare_trunk
+from memosight_lsp.inference.greedy import GreedyDecoder, forward
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.prefix_cache import PrefixCache
+from memosight_lsp.inference.speculative import ModelRunner, SpeculativeDecoder
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -77,7 +77,7 @@ def test_models_json(tiny_model_dir):
 
 
 def test_models_names_the_native_kernels_for_a_quantized_model(tiny_model_dir):
-    from memosight_lsp.engine import native_kernels
+    from memosight_lsp.inference import native_kernels
 
     result = memosight("models", "--model", str(tiny_model_dir), "--quantization", "int8", "--json")
     assert result.returncode == 0, result.stderr

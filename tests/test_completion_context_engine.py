@@ -1,4 +1,4 @@
-"""CompletionEngine.prepare packs the ranked workspace context (or the file alone) into the
+"""LocalBackend.prepare packs the ranked workspace context (or the file alone) into the
 prompt."""
 
 from __future__ import annotations
@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from memosight_lsp.completion.request import CompletionRequest
-from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.context import PackedContext
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.request import CompletionRequest
 from memosight_lsp.workspace import WorkspaceIndex
 
 B_PY = "from a import compute_total\n\n\ndef checkout(cart):\n    return compute_total("
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model_dir: Path) -> CompletionEngine:
-    return CompletionEngine(
+def engine(tiny_model_dir: Path) -> LocalBackend:
+    return LocalBackend(
         load_model(str(tiny_model_dir), device="cpu"), speculative=False, time_passes=False
     )
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from memosight_lsp.backends import EngineInfo, EngineResult, GenerateRequest
 from memosight_lsp.completion import request as request_module
-from memosight_lsp.completion.policy import describe_cursor
-from memosight_lsp.completion.remote import RemoteCompletionEngine
-from memosight_lsp.completion.request import CompletionRequest, CursorPlan, plan_cursor
-from memosight_lsp.completion.service import CompletionEngine
-from memosight_lsp.engine.loading import load_model
+
+from memosight_lsp.engines import EngineInfo, EngineResult, GenerateRequest
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.pipeline.engine_backend import EngineBackend
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.policy import describe_cursor
+from memosight_lsp.pipeline.request import CompletionRequest, CursorPlan, plan_cursor
 
 # Mid-expression: the engine's own plan wants one line here.
 TEXT = "def add(a, b):\n    return add(a, \n"
@@ -64,16 +64,14 @@ def no_planning(monkeypatch):
 
 def test_a_serving_engine_returns_the_refusal_it_is_handed_and_sends_nothing(no_planning):
     backend = StandIn()
-    completion = RemoteCompletionEngine(backend).complete(
-        request(plan=plan(refused=NO_ENGINE_SAYS_THIS))
-    )
+    completion = EngineBackend(backend).complete(request(plan=plan(refused=NO_ENGINE_SAYS_THIS)))
     assert completion.text == "" and completion.reason == NO_ENGINE_SAYS_THIS
     assert backend.probes == 0 and backend.requests == []
 
 
 def test_a_serving_engine_follows_the_plan_it_is_handed(no_planning):
     backend = StandIn()
-    completion = RemoteCompletionEngine(backend).complete(request(plan=plan(multiline=True)))
+    completion = EngineBackend(backend).complete(request(plan=plan(multiline=True)))
     assert completion.multiline is True
     assert backend.requests[0].stop == ()  # a block: no stop at the line's end
 
@@ -81,13 +79,13 @@ def test_a_serving_engine_follows_the_plan_it_is_handed(no_planning):
 def test_without_a_plan_a_serving_engine_makes_its_own():
     assert plan_cursor(request()).multiline is False
     backend = StandIn()
-    completion = RemoteCompletionEngine(backend).complete(request())
+    completion = EngineBackend(backend).complete(request())
     assert completion.multiline is False and completion.text == "b)"
     assert backend.requests[0].stop == ("\n",)
 
 
 def test_the_model_in_process_returns_the_refusal_it_is_handed(tiny_model_dir: Path, no_planning):
-    engine = CompletionEngine(
+    engine = LocalBackend(
         load_model(str(tiny_model_dir), device="cpu"), speculative=False, time_passes=False
     )
     completion = engine.complete(request(plan=plan(refused=NO_ENGINE_SAYS_THIS)))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from memosight_lsp.completion.policy import describe_cursor, wants_multiline
-from memosight_lsp.completion.syntax import inside_expression
+from memosight_lsp.pipeline.policy import describe_cursor, wants_multiline
+from memosight_lsp.pipeline.syntax import inside_expression
 
 
 @pytest.mark.parametrize(

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from tiny_models import tiny_tokenizer
 
-from memosight_lsp.completion.healing import HealingConstraint, VocabularyText, healing_split
-from memosight_lsp.completion.policy import describe_cursor, wants_multiline
-from memosight_lsp.completion.positions import index_to_utf16, split_at, utf16_to_index
-from memosight_lsp.completion.postprocess import finish, should_stop
-from memosight_lsp.completion.prompt import build_prompt
 from memosight_lsp.context import build_context
+from memosight_lsp.pipeline.healing import HealingConstraint, VocabularyText, healing_split
+from memosight_lsp.pipeline.policy import describe_cursor, wants_multiline
+from memosight_lsp.pipeline.positions import index_to_utf16, split_at, utf16_to_index
+from memosight_lsp.pipeline.postprocess import finish, should_stop
+from memosight_lsp.pipeline.prompt import build_prompt
 
 
 def situation(before: str, after: str = ""):

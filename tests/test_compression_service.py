@@ -7,11 +7,11 @@ import torch
 from lsp_session import inline, open_doc, start, stats, stop, tiny_options, wait_for_state
 from tiny_models import STDLIB
 
-from memosight_lsp.completion.request import CompletionRequest
-from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import parse_settings
-from memosight_lsp.engine.compression_policy import Thresholds
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.compression_policy import Thresholds
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.request import CompletionRequest
 
 TEXT = (STDLIB / "shlex.py").read_text()
 LINES = TEXT.splitlines()
@@ -67,7 +67,7 @@ def test_settings_accept_the_modes_and_reject_bad_values():
 
 def test_lossless_draft_gives_the_plain_greedy_completion(loaded):
     # The policy keeps lossless-draft off on CPU (measured slower); the override lets it run here.
-    engine = CompletionEngine(loaded, compression=Thresholds(lossless_on_cpu=True))
+    engine = LocalBackend(loaded, compression=Thresholds(lossless_on_cpu=True))
     drafted = 0
     for line, column in CURSORS:
         got = engine.complete(
@@ -83,7 +83,7 @@ def test_lossless_draft_gives_the_plain_greedy_completion(loaded):
 
 
 def test_policy_keeps_lossless_draft_off_on_cpu_and_short_prompts_uncompressed(loaded):
-    engine = CompletionEngine(loaded)
+    engine = LocalBackend(loaded)
     got = engine.complete(
         request(*CURSORS[0], kv_compression="lossless-draft", min_prompt_tokens=64)
     )
@@ -99,7 +99,7 @@ def test_policy_keeps_lossless_draft_off_on_cpu_and_short_prompts_uncompressed(l
 
 
 def test_lossy_snapkv_decodes_on_a_cache_of_the_asked_ratio(loaded):
-    engine = CompletionEngine(loaded)
+    engine = LocalBackend(loaded)
     kept = {}
     for ratio in (2, 8):
         got = engine.complete(

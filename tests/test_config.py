@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from memosight_lsp.completion.request import CompletionRequest
 from memosight_lsp.config import Settings, parse_settings, settings_to_wire, unwrap_settings
+from memosight_lsp.pipeline.request import CompletionRequest
 
 
 def test_empty_gives_defaults():

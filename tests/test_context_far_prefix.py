@@ -8,7 +8,7 @@ from memosight_lsp.context.far_prefix import compress_prefix, summarize_above, t
 from memosight_lsp.context.recursive import signature_summary
 from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.context.types import SNIPPET_KINDS
-from memosight_lsp.engine.loading import load_tokenizer
+from memosight_lsp.inference.loading import load_tokenizer
 
 
 def words(text: str) -> int:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from test_context_pack import APP, char_count, ctx, make_project
 
-from memosight_lsp.completion.request import CompletionRequest
-from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.context import Packing, build_context
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.request import CompletionRequest
 from memosight_lsp.workspace import WorkspaceIndex
 
 # APP with a long function body above the cursor: 60 lines the window may or may not reach.
@@ -117,8 +117,8 @@ def test_cross_share_packs_the_file_as_alone_after_the_snippets(project) -> None
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model_dir: Path) -> CompletionEngine:
-    return CompletionEngine(
+def engine(tiny_model_dir: Path) -> LocalBackend:
+    return LocalBackend(
         load_model(str(tiny_model_dir), device="cpu"), speculative=False, time_passes=False
     )
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import torch
 
-from memosight_lsp.completion.request import CompletionRequest
-from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.context import Rerank, build_context
-from memosight_lsp.engine.compression_policy import Thresholds
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.compression_policy import Thresholds
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.request import CompletionRequest
 from memosight_lsp.workspace import WorkspaceIndex
 
 # Twenty helpers, each imported and used once above the cursor: more candidates than room.
@@ -110,14 +110,14 @@ def test_the_model_scores_chunks_only_where_the_policy_allows(tiny_model_dir, tm
         index=index,
     )
     # Defaults: one pass per chunk is refused on CPU.
-    assert CompletionEngine(loaded).chunk_rerank(4096) is None
+    assert LocalBackend(loaded).chunk_rerank(4096) is None
     allowed = Thresholds(
         chunk_on_cpu=True,
         chunk_min_budget_tokens=256,
         chunk_max_candidates=12,
         chunk_min_overflow=1.0,
     )
-    engine = CompletionEngine(loaded, compression=allowed, time_passes=False)
+    engine = LocalBackend(loaded, compression=allowed, time_passes=False)
     assert engine.chunk_rerank(128) is None  # below the budget threshold
     rerank = engine.chunk_rerank(300)
     assert rerank is not None and (rerank.max_candidates, rerank.min_overflow) == (12, 1.0)

@@ -1,4 +1,4 @@
-"""The model's thread count follows the cores other processes leave free (engine/core_share.py):
+"""The model's thread count follows the cores other processes leave free (inference/core_share.py):
 the rule, and real spinning processes lowering it."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from memosight_lsp.bench.busy import busy
-from memosight_lsp.engine.core_share import (
+from memosight_lsp.inference.core_share import (
     FIRST_WINDOW_S,
     MIN_WINDOW_S,
     CoreShare,
     threads_left,
 )
-from memosight_lsp.engine.machine import BUSY_CORES, OtherLoad
+from memosight_lsp.inference.machine import BUSY_CORES, OtherLoad
 
 
 @pytest.mark.parametrize(

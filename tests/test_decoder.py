@@ -6,12 +6,12 @@ import pytest
 import torch
 from test_speculative import prompts_from_files
 
-from memosight_lsp.engine.decoder import Decoder, RowScores, Run, StopRules
-from memosight_lsp.engine.drafters import DraftTree
-from memosight_lsp.engine.fused_trunk import prepare_trunk
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.prefix_cache import PrefixCache
+from memosight_lsp.inference.decoder import Decoder, RowScores, Run, StopRules
+from memosight_lsp.inference.drafters import DraftTree
+from memosight_lsp.inference.fused_trunk import prepare_trunk
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.prefix_cache import PrefixCache
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from tiny_models import STDLIB
 
-from memosight_lsp.completion.request import CompletionRequest
-from memosight_lsp.completion.service import CompletionEngine
-from memosight_lsp.engine.heads import find_heads
-from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR, load_model
-from memosight_lsp.engine.ngram_model import find_ngram_table
+from memosight_lsp.inference.heads import find_heads
+from memosight_lsp.inference.loading import EMBEDDED_MODEL_DIR, load_model
+from memosight_lsp.inference.ngram_model import find_ngram_table
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.request import CompletionRequest
 
 OFFLINE_ENV = {
     **os.environ,
@@ -73,7 +73,7 @@ def held_out_stdlib_file() -> Path:
 def test_completes_a_held_out_stdlib_line_with_code_that_parses():
     path = held_out_stdlib_file()
     lines = path.read_text().split("\n")
-    engine = CompletionEngine(load_model(None))
+    engine = LocalBackend(load_model(None))
     parsed = 0
     statements = [
         i

@@ -24,7 +24,7 @@ from memosight_lsp.discovery.gguf_header import HeaderError, read_header
 from memosight_lsp.discovery.judge import GGUF_ARCHITECTURES
 from memosight_lsp.discovery.places import MAX_ENTRIES, Budget, find_models
 from memosight_lsp.discovery.resolve import EMBEDDED_FALLBACK, FETCH_ACTION, resolve
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.loading import load_model
 from tests.tiny_gguf import write_tiny_gguf
 from tests.tiny_models import save_tiny_model
 

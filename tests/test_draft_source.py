@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from test_speculative import FLAT_COST, prompts_from_files
 
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.drafters import DraftCandidate, DraftSource, DraftState
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.speculative import SpeculativeDecoder, default_sources
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.drafters import DraftCandidate, DraftSource, DraftState
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.speculative import SpeculativeDecoder, default_sources
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memosight_lsp.engine.drafters import (
+from memosight_lsp.inference.drafters import (
     OTHER,
     AcceptanceStats,
     CostModel,

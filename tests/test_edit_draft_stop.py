@@ -1,4 +1,4 @@
-"""The rewrite's early stop (engine/edit_draft.py, Reconverged): a rewrite ends once it has
+"""The rewrite's early stop (inference/edit_draft.py, Reconverged): a rewrite ends once it has
 written a change and copied the old text again across a line end and a line more; the proposal
 is then the full rewrite's. Driven with real tokenization (the test models' BPE tokenizer) of
 real code, and through NextEditor with a scripted model that writes a chosen rewrite."""
@@ -10,18 +10,18 @@ import torch
 from test_speculative import FLAT_COST
 from transformers import AutoTokenizer
 
-from memosight_lsp.completion.edit_history import EditHistory
-from memosight_lsp.completion.next_edit import (
+from memosight_lsp.inference.decoder import Decoder, Run
+from memosight_lsp.inference.edit_draft import RESYNC_TOKENS, Reconverged
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.next_edit.edit_history import EditHistory
+from memosight_lsp.next_edit.local import NextEditor
+from memosight_lsp.next_edit.predict import (
     NextEditRequest,
     line_hunks,
     proposals,
     window_of,
 )
-from memosight_lsp.completion.next_edit_local import NextEditor
-from memosight_lsp.completion.next_edit_prompt import PLAIN_END
-from memosight_lsp.engine.decoder import Decoder, Run
-from memosight_lsp.engine.edit_draft import RESYNC_TOKENS, Reconverged
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.next_edit.prompt import PLAIN_END
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from memosight_lsp.completion.edit_history import MAX_EDITS, EditHistory, diff_span
+from memosight_lsp.next_edit.edit_history import MAX_EDITS, EditHistory, diff_span
 
 CODE = "def area(width, height):\n    size = width * height\n    return size\n"
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from tiny_models import STDLIB
 
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.loading import load_model
 
 PROMPT_FILES = ("argparse.py", "json/decoder.py", "dataclasses.py", "functools.py")
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from memosight_lsp.engine.fim import CODELLAMA, DEEPSEEK, QWEN, STARCODER, detect_fim_format
-from memosight_lsp.engine.loading import ModelLoadError, load_model, load_tokenizer
+from memosight_lsp.inference.fim import CODELLAMA, DEEPSEEK, QWEN, STARCODER, detect_fim_format
+from memosight_lsp.inference.loading import ModelLoadError, load_model, load_tokenizer
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])

@@ -1,4 +1,4 @@
-"""The kept tokenizer (engine/fast_tokenizer.py): read back without transformers' rebuild, it
+"""The kept tokenizer (inference/fast_tokenizer.py): read back without transformers' rebuild, it
 gives the same tokens and text as the transformers tokenizer, on the tiny test model and on the
 real Qwen2.5-Coder and SmolLM2 tokenizers over real source files; a damaged or mismatching
 entry falls back to transformers."""
@@ -12,9 +12,9 @@ import pytest
 from engines import MODELS
 from transformers import AutoTokenizer
 
-from memosight_lsp.engine import fast_tokenizer
-from memosight_lsp.engine.fast_tokenizer import FastTokenizer, backend_file, cache_file
-from memosight_lsp.engine.loading import load_tokenizer
+from memosight_lsp.inference import fast_tokenizer
+from memosight_lsp.inference.fast_tokenizer import FastTokenizer, backend_file, cache_file
+from memosight_lsp.inference.loading import load_tokenizer
 
 STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
 

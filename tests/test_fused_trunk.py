@@ -9,14 +9,21 @@ import torch
 from tiny_models import LLAMA_FAMILY, LLAMA_FAMILY_SHAPE, MODEL_CLASSES
 from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, MistralForCausalLM
 
-from memosight_lsp.engine.fused_trunk import (
+from memosight_lsp.inference.fused_trunk import (
     FusedTrunk,
     HFTrunk,
     fused_unsupported_reason,
     prepare_trunk,
 )
-from memosight_lsp.engine.kv_cache import new_cache
-from memosight_lsp.engine.row_kernels import COPY, FEW_ROWS, LINEAR, TRANSPOSED, Product, RowKernels
+from memosight_lsp.inference.kv_cache import new_cache
+from memosight_lsp.inference.row_kernels import (
+    COPY,
+    FEW_ROWS,
+    LINEAR,
+    TRANSPOSED,
+    Product,
+    RowKernels,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -109,7 +116,7 @@ def test_row_kernels_are_timed_once_and_unused_copies_freed():
     assert all(copies) == (COPY in kernels.chosen) and len(set(copies)) == 1
     trunk(ids, new_cache(model))
     assert trunk.kernels is kernels  # timed once
-    # Under another thread count (a busy machine: engine/core_share.py) few rows take F.linear
+    # Under another thread count (a busy machine: inference/core_share.py) few rows take F.linear
     # rather than a timing inside the request; the choice stays for when the count is back.
     before = torch.get_num_threads()
     torch.set_num_threads(before + 1)

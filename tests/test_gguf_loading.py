@@ -15,9 +15,9 @@ import pytest
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 
-from memosight_lsp.engine import gguf as gguf_files
-from memosight_lsp.engine.greedy import StopRules, greedy_generate
-from memosight_lsp.engine.loading import ModelLoadError, load_model, load_tokenizer
+from memosight_lsp.inference import gguf as gguf_files
+from memosight_lsp.inference.greedy import StopRules, greedy_generate
+from memosight_lsp.inference.loading import ModelLoadError, load_model, load_tokenizer
 from tests.tiny_gguf import write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parent.parent

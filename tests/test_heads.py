@@ -9,9 +9,9 @@ import torch
 from test_speculative import prompts_from_files
 from tiny_models import model_and_code_to_fit
 
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.heads import (
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.heads import (
     HeadsConfig,
     HeadsDrafter,
     MedusaHeads,
@@ -21,8 +21,8 @@ from memosight_lsp.engine.heads import (
     model_dims,
     save_heads,
 )
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.speculative import SpeculativeDecoder
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.speculative import SpeculativeDecoder
 from memosight_lsp.training.heads import HeadsTrainingConfig, active_heads, train_heads
 
 

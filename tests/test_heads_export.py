@@ -8,9 +8,9 @@ import json
 import torch
 from safetensors.torch import load_file
 
-from memosight_lsp.engine.heads import heads_folders, load_heads
-from memosight_lsp.engine.heads_export import export_vllm_medusa
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.heads import heads_folders, load_heads
+from memosight_lsp.inference.heads_export import export_vllm_medusa
+from memosight_lsp.inference.loading import load_model
 
 
 def test_the_export_predicts_what_our_heads_predict(tmp_path):

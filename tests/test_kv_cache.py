@@ -6,10 +6,10 @@ import torch
 from test_engine_greedy import hf_greedy
 from transformers.cache_utils import DynamicLayer
 
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.kv_cache import GrowingLayer, new_cache
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.kv_cache import GrowingLayer, new_cache
+from memosight_lsp.inference.loading import load_model
 
 
 def states(n: int, seed: int) -> torch.Tensor:

@@ -9,16 +9,16 @@ import torch
 from tiny_models import STDLIB
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from memosight_lsp.engine.compressed_decode import (
+from memosight_lsp.inference.compressed_decode import (
     CompressedDraftDecoder,
     SnapKVDecoder,
     feed,
     prefill_and_compress,
     snapkv_generate,
 )
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.kv_compress import (
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.kv_compress import (
     CompressedKV,
     QueryCapture,
     SnapKVConfig,
@@ -29,8 +29,8 @@ from memosight_lsp.engine.kv_compress import (
     unsupported_reason,
     window_queries,
 )
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.prefix_cache import PrefixCache, cache_bytes
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.prefix_cache import PrefixCache, cache_bytes
 
 FILES = ("argparse.py", "json/decoder.py", "dataclasses.py", "textwrap.py")
 
@@ -191,7 +191,7 @@ def test_kept_fraction_counts_slots():
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
 def test_lossless_draft_equals_greedy(tiny_model_dirs, arch, dtype):
     # bfloat16: one batched verification pass rounds unlike one-token steps unless both run
-    # the same trunk (engine/fused_trunk.py); token for token equal there too.
+    # the same trunk (inference/fused_trunk.py); token for token equal there too.
     loaded = load_model(tiny_model_dirs[arch], device="cpu", dtype=dtype)
     eos = loaded.tokenizer.eos_token_id
     sharpen(loaded.model)

@@ -10,8 +10,8 @@ from tiny_models import STDLIB
 from transformers import DynamicCache
 
 from memosight_lsp.bench.compress import completed_line, edit_similarity, main, target_fit
-from memosight_lsp.engine.compressed_decode import feed
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.compressed_decode import feed
+from memosight_lsp.inference.loading import load_model
 
 
 def test_edit_similarity_and_completed_line():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from memosight_lsp.engine.compression_policy import Thresholds, plan
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.compression_policy import Thresholds, plan
+from memosight_lsp.inference.loading import load_model
 
 
 def test_short_prompts_and_off_mean_no_kv_compression():

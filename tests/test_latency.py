@@ -1,4 +1,4 @@
-"""The latency flow in CompletionEngine with a tiny real model: prompts sized to the measured
+"""The latency flow in LocalBackend with a tiny real model: prompts sized to the measured
 prefill rate, the first-response deadline (what is verified by then, then the whole
 completion), and pre-warm (prefilled ahead, reused, the same completion)."""
 
@@ -12,11 +12,11 @@ from dataclasses import replace
 import pytest
 from tiny_models import STDLIB
 
-from memosight_lsp.completion.latency import MIN_PROMPT_TOKENS
-from memosight_lsp.completion.prompt import MARKER_RESERVE
-from memosight_lsp.completion.request import Completion, CompletionRequest
-from memosight_lsp.completion.service import CompletionEngine
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.pipeline.latency import MIN_PROMPT_TOKENS
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.prompt import MARKER_RESERVE
+from memosight_lsp.pipeline.request import Completion, CompletionRequest
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -29,8 +29,8 @@ def loaded(tiny_model_dir):
     return load_model(tiny_model_dir, device="cpu")
 
 
-def engine_for(loaded, rate: float | None = None) -> CompletionEngine:
-    engine = CompletionEngine(loaded, time_passes=False)
+def engine_for(loaded, rate: float | None = None) -> LocalBackend:
+    engine = LocalBackend(loaded, time_passes=False)
     if rate is not None:
         engine.prefill_rate.observe(1000, 1000 * 1000 / rate)
     return engine

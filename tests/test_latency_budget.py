@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from memosight_lsp.completion import latency
-from memosight_lsp.completion.latency import LatencyBudget, PrefillRate, latency_budget
+
+from memosight_lsp.pipeline.latency import LatencyBudget, PrefillRate, latency_budget
 
 BUDGET = 1024
 

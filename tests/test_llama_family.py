@@ -1,4 +1,4 @@
-"""engine/llama_family.py: a model rebuilt from the quantized cache without transformers'
+"""inference/llama_family.py: a model rebuilt from the quantized cache without transformers'
 modeling code decodes exactly as transformers' class of it, and its start-up imports stay light."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 import torch
 from transformers import AutoConfig, MistralConfig, Qwen2Config
 
-from memosight_lsp.engine import llama_family
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference import llama_family
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.loading import load_model
 from tests.test_quantize import wide_model
 from tests.tiny_models import tiny_tokenizer
 
@@ -93,7 +93,7 @@ def test_loading_a_cached_model_imports_no_modeling_code(tmp_path):
     load_model(folder, device="cpu", dtype="bfloat16", quantization="int8")  # fills the cache
     script = (
         "import json, sys\n"
-        "from memosight_lsp.engine.loading import load_model\n"
+        "from memosight_lsp.inference.loading import load_model\n"
         f"load_model({str(folder)!r}, device='cpu', dtype='bfloat16', quantization='int8')\n"
         "heavy = [m for m in sys.modules if m.startswith('transformers.models.') and "
         "'.modeling_' in m and '.auto.' not in m or m in ('torch._dynamo', 'sympy')]\n"

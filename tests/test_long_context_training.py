@@ -14,8 +14,8 @@ import pytest
 from tiny_models import STDLIB
 
 from memosight_lsp.cli import main as cli_main
-from memosight_lsp.engine.fim import QWEN
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.fim import QWEN
+from memosight_lsp.inference.loading import load_model
 from memosight_lsp.training.corpus import SourceFile
 from memosight_lsp.training.fim_data import FimSettings
 from memosight_lsp.training.long_context import (

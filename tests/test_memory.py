@@ -1,4 +1,4 @@
-"""Freed memory handed back to the system (engine/memory.py), measured on this process."""
+"""Freed memory handed back to the system (inference/memory.py), measured on this process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import platform
 
 import pytest
 
-from memosight_lsp.engine.memory import release_free_memory
+from memosight_lsp.inference.memory import release_free_memory
 
 
 def resident_bytes() -> int:

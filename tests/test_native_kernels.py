@@ -1,4 +1,4 @@
-"""The native kernels (engine/native_kernels.py): built on machines that can run them, in the
+"""The native kernels (inference/native_kernels.py): built on machines that can run them, in the
 background under an OS lock that dies with its holder, one build folder per install; and exact
 where lossless speculative decoding needs them to be (each row's bits do not depend on the
 others)."""
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from memosight_lsp.engine import native_kernels
-from memosight_lsp.engine.quantize import MANY_ROWS, native_layout, quantize_weight
-from memosight_lsp.engine.vnni_layout import pack_int4, unpack_int4
+from memosight_lsp.inference import native_kernels
+from memosight_lsp.inference.quantize import MANY_ROWS, native_layout, quantize_weight
+from memosight_lsp.inference.vnni_layout import pack_int4, unpack_int4
 
 pytestmark = pytest.mark.skipif(
     native_kernels.unsupported_reason() is not None,
@@ -193,8 +193,8 @@ def test_attention_refuses_keys_it_cannot_see():
 
 
 def test_a_bfloat16_trunk_attends_natively_and_passes_equal_steps():
-    from memosight_lsp.engine.fused_trunk import prepare_trunk
-    from memosight_lsp.engine.kv_cache import new_cache
+    from memosight_lsp.inference.fused_trunk import prepare_trunk
+    from memosight_lsp.inference.kv_cache import new_cache
     from tests.test_quantize import wide_model
 
     model = wide_model("qwen2")  # bfloat16, head size 32
@@ -215,9 +215,9 @@ def test_a_bfloat16_trunk_attends_natively_and_passes_equal_steps():
 def test_a_tokens_keys_do_not_depend_on_how_it_entered_the_cache(kind):
     """Prefilled with the prompt, or decoded one step at a time: with native products and
     attention the cache holds the same bits, so a reused cache decodes as a cold prompt."""
-    from memosight_lsp.engine.fused_trunk import prepare_trunk
-    from memosight_lsp.engine.kv_cache import new_cache
-    from memosight_lsp.engine.quantize import quantize_model
+    from memosight_lsp.inference.fused_trunk import prepare_trunk
+    from memosight_lsp.inference.kv_cache import new_cache
+    from memosight_lsp.inference.quantize import quantize_model
     from tests.test_quantize import wide_model
 
     model = wide_model("qwen2")
@@ -342,7 +342,7 @@ def test_a_build_killed_midway_does_not_block_the_next_process(monkeypatch, tmp_
     # The next process: a working (here: failing at once) compiler, in the background.
     nxt = python(
         "import time\n"
-        "from memosight_lsp.engine import native_kernels\n"
+        "from memosight_lsp.inference import native_kernels\n"
         "started = time.monotonic()\n"
         "module = native_kernels.refresh()\n"
         "print(module is None, round(time.monotonic() - started, 2), native_kernels.describe())\n",

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from memosight_lsp.config import Settings, settings_to_wire, snake_to_camel
-from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR
+from memosight_lsp.inference.loading import EMBEDDED_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 LUA_TESTS = ROOT / "editors" / "neovim" / "tests"

@@ -7,25 +7,25 @@ from __future__ import annotations
 import pytest
 from test_speculative import FLAT_COST
 
-from memosight_lsp.completion.edit_history import EditHistory
-from memosight_lsp.completion.next_edit import (
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.edit_draft import WindowDraft
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.loading import EMBEDDED_MODEL_DIR, load_model
+from memosight_lsp.inference.speculative import SpeculativeDecoder
+from memosight_lsp.next_edit.edit_history import EditHistory
+from memosight_lsp.next_edit.local import NextEditor
+from memosight_lsp.next_edit.predict import (
     NextEditRequest,
     choose_window,
     line_hunks,
     proposals,
 )
-from memosight_lsp.completion.next_edit_local import NextEditor
-from memosight_lsp.completion.next_edit_prompt import (
+from memosight_lsp.next_edit.prompt import (
     CHAT_END,
     PLAIN_END,
     build_next_edit_prompt,
     family_of,
 )
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.edit_draft import WindowDraft
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR, load_model
-from memosight_lsp.engine.speculative import SpeculativeDecoder
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -25,11 +25,11 @@ from lsp_session import (
     stop,
 )
 
-from memosight_lsp.backends.llama_cpp import LlamaCppBackend
-from memosight_lsp.completion.edit_history import EditHistory
-from memosight_lsp.completion.next_edit import NextEdit, NextEditRequest, rewrite_budget
-from memosight_lsp.completion.next_edit_remote import RemoteNextEditor
-from memosight_lsp.completion.remote import RemoteCompletionEngine
+from memosight_lsp.engines.llama_cpp import LlamaCppClient
+from memosight_lsp.next_edit.edit_history import EditHistory
+from memosight_lsp.next_edit.predict import NextEdit, NextEditRequest, rewrite_budget
+from memosight_lsp.next_edit.remote import RemoteNextEditor
+from memosight_lsp.pipeline.engine_backend import EngineBackend
 
 pytestmark = pytest.mark.slow
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -79,7 +79,7 @@ def test_every_prompt_format_goes_through_the_engine(engine):
     history.opened("u", NEXT_EDIT_DOC)
     changed = NEXT_EDIT_TYPED
     history.changed("u", changed)
-    editor = RemoteNextEditor(RemoteCompletionEngine(LlamaCppBackend(engine.url), timeout_s=30))
+    editor = RemoteNextEditor(EngineBackend(LlamaCppClient(engine.url), timeout_s=30))
     for family in ("chat", "plain", "zeta", "sweep"):
         request = NextEditRequest(
             text=changed,

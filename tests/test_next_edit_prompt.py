@@ -4,9 +4,9 @@ serving engine, and which family a model gets (by setting, name and vocabulary).
 
 from __future__ import annotations
 
-from memosight_lsp.completion.edit_history import EditHistory
-from memosight_lsp.completion.next_edit import proposals
-from memosight_lsp.completion.next_edit_prompt import (
+from memosight_lsp.next_edit.edit_history import EditHistory
+from memosight_lsp.next_edit.predict import proposals
+from memosight_lsp.next_edit.prompt import (
     CHAT_END,
     PLAIN_END,
     SWEEP_SEP,

@@ -5,16 +5,16 @@ test_next_edit_llama_cpp.py."""
 
 from __future__ import annotations
 
-from memosight_lsp.backends import EngineError, EngineInfo, EngineResult, GenerateRequest
-from memosight_lsp.backends.base import PromptPieces
-from memosight_lsp.backends.llama_cpp import LlamaCppBackend
-from memosight_lsp.backends.ollama import OllamaBackend
-from memosight_lsp.backends.openai import OpenAIBackend
-from memosight_lsp.completion.edit_history import EditHistory
-from memosight_lsp.completion.next_edit import NextEdit, NextEditRequest, rewrite_budget
-from memosight_lsp.completion.next_edit_remote import RemoteNextEditor
-from memosight_lsp.completion.remote import RemoteCompletionEngine
-from memosight_lsp.engine.fim import FORMATS_BY_NAME
+from memosight_lsp.engines import EngineError, EngineInfo, EngineResult, GenerateRequest
+from memosight_lsp.engines.base import PromptPieces
+from memosight_lsp.engines.llama_cpp import LlamaCppClient
+from memosight_lsp.engines.ollama import OllamaClient
+from memosight_lsp.engines.openai import OpenAIClient
+from memosight_lsp.inference.fim import FORMATS_BY_NAME
+from memosight_lsp.next_edit.edit_history import EditHistory
+from memosight_lsp.next_edit.predict import NextEdit, NextEditRequest, rewrite_budget
+from memosight_lsp.next_edit.remote import RemoteNextEditor
+from memosight_lsp.pipeline.engine_backend import EngineBackend
 
 BEFORE = "def total(xs):\n    acc = 0\n    for x in xs:\n        acc += x\n    return acc\n"
 AFTER = BEFORE.replace("    acc = 0", "    acc = 1")  # no rename: the model's to answer
@@ -69,7 +69,7 @@ def request() -> NextEditRequest:
 
 
 def predict(backend: StandIn) -> NextEdit | str:
-    return RemoteNextEditor(RemoteCompletionEngine(backend)).predict(request())
+    return RemoteNextEditor(EngineBackend(backend)).predict(request())
 
 
 def test_the_engine_gets_the_raw_prompt_bounded_and_its_answer_becomes_the_edit():
@@ -108,7 +108,7 @@ def test_a_rewrite_cut_by_the_deadline_proposes_only_whole_lines_it_wrote():
 def test_engine_failures_are_empty_answers_with_a_reason():
     down = StandIn()
     down.probe_fail = EngineError("http://stand-in: connection refused", "unreachable")
-    engine = RemoteCompletionEngine(down)
+    engine = EngineBackend(down)
     editor = RemoteNextEditor(engine)
     answer = editor.predict(request())
     assert answer == "engine unavailable: http://stand-in: connection refused"
@@ -124,14 +124,14 @@ def test_a_raw_request_skips_engine_side_infill_and_fim_stops():
     qwen = FORMATS_BY_NAME["qwen"]
     pieces = PromptPieces(text="PROMPT", prefix="PROMPT", suffix="")
     raw = GenerateRequest(prompt=pieces, max_tokens=8, deadline=1e12, stop=("END",), raw=True)
-    llama = LlamaCppBackend("http://x")
+    llama = LlamaCppClient("http://x")
     llama.info = EngineInfo(engine="llama.cpp", url="http://x", model="m", fim=qwen, infill=True)
     path, body = llama.body(raw)
     assert path == "/completion" and body["prompt"] == "PROMPT" and body["stop"] == ["END"]
-    ollama = OllamaBackend("http://x")
+    ollama = OllamaClient("http://x")
     ollama.info = EngineInfo(engine="ollama", url="http://x", model="m", fim=qwen, infill=True)
     sent = ollama.body(raw)
     assert sent["raw"] and sent["prompt"] == "PROMPT" and sent["options"]["stop"] == ["END"]
-    openai = OpenAIBackend("http://x")
+    openai = OpenAIClient("http://x")
     openai.info = EngineInfo(engine="openai", url="http://x", model="m", fim=qwen)
     assert openai.stop_strings(raw) == ["END"]

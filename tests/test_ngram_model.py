@@ -10,11 +10,11 @@ from test_cli import memosight
 from test_speculative import FLAT_COST, prompts_from_files
 from tiny_models import model_and_code_to_fit
 
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.heads import lm_head_fingerprint
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.ngram_model import (
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.heads import lm_head_fingerprint
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.ngram_model import (
     NGRAMS_FILE,
     CorpusNgrams,
     NgramDrafter,
@@ -23,7 +23,7 @@ from memosight_lsp.engine.ngram_model import (
     context_keys,
     find_ngram_table,
 )
-from memosight_lsp.engine.speculative import SpeculativeDecoder
+from memosight_lsp.inference.speculative import SpeculativeDecoder
 from memosight_lsp.training.ngrams import count_ngrams, source_texts
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

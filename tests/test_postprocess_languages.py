@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from memosight_lsp.completion.policy import describe_cursor, indent_unit, wants_multiline
-from memosight_lsp.completion.postprocess import finish, should_stop
-from memosight_lsp.completion.request import CompletionRequest, plan_cursor
+from memosight_lsp.pipeline.policy import describe_cursor, indent_unit, wants_multiline
+from memosight_lsp.pipeline.postprocess import finish, should_stop
+from memosight_lsp.pipeline.request import CompletionRequest, plan_cursor
 
 # cobra/command.go (gofmt: tabs)
 GO_PREFIX = (

@@ -5,9 +5,9 @@ suggestion (the type-through cache replaces one with the other while the user lo
 from __future__ import annotations
 
 import pytest
-
 from memosight_lsp.completion import postprocess
-from memosight_lsp.completion.policy import describe_cursor
+
+from memosight_lsp.pipeline.policy import describe_cursor
 
 LINE = describe_cursor("    total = ", "\n", language="python")
 BLOCK = describe_cursor("def f(values):\n    ", "\n", language="python")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from memosight_lsp.engine import precision
-from memosight_lsp.engine.loading import ModelLoadError, load_model
+from memosight_lsp.inference import precision
+from memosight_lsp.inference.loading import ModelLoadError, load_model
 
 CPU = torch.device("cpu")
 
@@ -81,7 +81,7 @@ class Candidates:
     def __init__(self, folder: Path) -> None:
         from transformers import AutoConfig
 
-        from memosight_lsp.engine.loading import load_tokenizer
+        from memosight_lsp.inference.loading import load_tokenizer
 
         self.folder = folder
         self.config = AutoConfig.from_pretrained(folder)
@@ -89,7 +89,7 @@ class Candidates:
         self.loads: list[str] = []
 
     def __call__(self, chosen: precision.Precision):
-        from memosight_lsp.engine.loading import _load_weights
+        from memosight_lsp.inference.loading import _load_weights
 
         self.loads.append(chosen.describe())
         if chosen.quantization == "int4":  # what load_model's loader answers for it here

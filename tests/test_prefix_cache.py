@@ -6,12 +6,12 @@ import pytest
 from tiny_models import STDLIB
 from transformers import DynamicCache
 
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.drafters import CostModel
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.prefix_cache import PrefixCache, cache_bytes, common_prefix
-from memosight_lsp.engine.speculative import ModelRunner, SpeculativeDecoder
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.drafters import CostModel
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.prefix_cache import PrefixCache, cache_bytes, common_prefix
+from memosight_lsp.inference.speculative import ModelRunner, SpeculativeDecoder
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -89,7 +89,7 @@ def test_lru_evicts_to_the_byte_budget(tiny_model_dir):
 def test_an_attachment_lives_and_goes_with_its_cache():
     from transformers import LlamaConfig
 
-    from memosight_lsp.engine.kv_cache import cache_for_config
+    from memosight_lsp.inference.kv_cache import cache_for_config
 
     config = LlamaConfig(
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2

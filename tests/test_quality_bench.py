@@ -12,7 +12,7 @@ import pytest
 from memosight_lsp.bench import quality
 from memosight_lsp.commands.bench import BENCHMARKS
 from memosight_lsp.context import Packing
-from memosight_lsp.engine.loading import load_tokenizer
+from memosight_lsp.inference.loading import load_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memosight_lsp.engine import native_kernels
-from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
-from memosight_lsp.engine.kv_cache import new_cache
-from memosight_lsp.engine.quantize import (
+from memosight_lsp.inference import native_kernels
+from memosight_lsp.inference.fused_trunk import FusedTrunk, prepare_trunk
+from memosight_lsp.inference.kv_cache import new_cache
+from memosight_lsp.inference.quantize import (
     INT4_GROUP,
     MANY_ROWS,
     QuantizedEmbedding,
@@ -243,10 +243,10 @@ def test_fusing_int8_qkv_leaves_the_modules_as_views():
 def test_speculative_decoding_of_a_quantized_model_stays_close_to_its_plain_greedy(variant):
     """bf16 / int8 / int4: a k-token pass rounds differently from a one-token pass, so the two
     may part now and then; on a tiny random model they agree on nearly every prompt."""
-    from memosight_lsp.engine.decoder import StopRules
-    from memosight_lsp.engine.drafters import CostModel
-    from memosight_lsp.engine.greedy import greedy_generate
-    from memosight_lsp.engine.speculative import SpeculativeDecoder, default_sources
+    from memosight_lsp.inference.decoder import StopRules
+    from memosight_lsp.inference.drafters import CostModel
+    from memosight_lsp.inference.greedy import greedy_generate
+    from memosight_lsp.inference.speculative import SpeculativeDecoder, default_sources
 
     kind, layout = variant
     model = wide_model("qwen2")

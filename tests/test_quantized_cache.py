@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memosight_lsp.engine import quantized_cache
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.quantize import QuantizedEmbedding, QuantizedLinear
+from memosight_lsp.inference import quantized_cache
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.quantize import QuantizedEmbedding, QuantizedLinear
 from tests.test_quantize import wide_model
 from tests.tiny_models import tiny_tokenizer
 

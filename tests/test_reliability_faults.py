@@ -17,7 +17,7 @@ import pytest
 from lsp_session import FAULT_SERVER, Session, no_caches
 from transformers import AutoModelForCausalLM
 
-from memosight_lsp.engine.heads import (
+from memosight_lsp.inference.heads import (
     HEADS_WEIGHTS,
     HeadsConfig,
     MedusaHeads,
@@ -25,8 +25,8 @@ from memosight_lsp.engine.heads import (
     model_dims,
     save_heads,
 )
-from memosight_lsp.engine.ngram_model import NGRAMS_FILE
-from memosight_lsp.server.completions import GIVE_UP_GRACE_S
+from memosight_lsp.inference.ngram_model import NGRAMS_FILE
+from memosight_lsp.session.completion_flow import GIVE_UP_GRACE_S
 from memosight_lsp.workspace import WorkspaceIndex
 from memosight_lsp.workspace import cache as index_cache
 

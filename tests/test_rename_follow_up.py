@@ -4,9 +4,9 @@ Real edits go through EditHistory as the server records them; the places come fr
 
 from __future__ import annotations
 
-from memosight_lsp.completion.edit_history import EditHistory
-from memosight_lsp.completion.next_edit import NextEditRequest, rename_follow_up_edit
-from memosight_lsp.completion.rename_follow_up import FollowUp, follow_up, renamed
+from memosight_lsp.next_edit.edit_history import EditHistory
+from memosight_lsp.next_edit.predict import NextEditRequest, rename_follow_up_edit
+from memosight_lsp.next_edit.rename_follow_up import FollowUp, follow_up, renamed
 
 PY = """def mean(values):
     total = 0

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from memosight_lsp.completion.scheduler import MAX_STUCK_WORKERS, JobAbandoned, Scheduler
+from memosight_lsp.session.scheduler import MAX_STUCK_WORKERS, JobAbandoned, Scheduler
 
 
 @pytest.fixture

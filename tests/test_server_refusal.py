@@ -12,8 +12,8 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
-from memosight_lsp.completion.request import plan_cursor
 from memosight_lsp.config import parse_settings
+from memosight_lsp.pipeline.request import plan_cursor
 from memosight_lsp.server.explain import explain
 from memosight_lsp.server.server import MemoSightServer
 
@@ -132,7 +132,7 @@ async def test_the_cursor_plan_refuses_before_any_model_call(ls):
 
 async def test_the_engine_follows_the_plan_the_server_made(ls, monkeypatch):
     use(ls, completion={"maxNewTokens": 4, "typeThrough": False})
-    engine = ls.host.engine
+    engine = ls.host.backend
     plans = []
     complete = engine.complete
 

@@ -10,18 +10,18 @@ from test_engine_greedy import hf_greedy
 from tiny_models import STDLIB, tiny_causal_lm, tiny_tokenizer
 from transformers import AutoModelForCausalLM
 
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.drafters import (
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.drafters import (
     CostModel,
     DraftCandidate,
     HiddenStateDrafter,
     PreviousSuggestion,
 )
-from memosight_lsp.engine.fused_trunk import FusedTrunk, HFTrunk, prepare_trunk
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.heads import PredictionHeads
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.speculative import SpeculativeDecoder, default_sources
+from memosight_lsp.inference.fused_trunk import FusedTrunk, HFTrunk, prepare_trunk
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.heads import PredictionHeads
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.speculative import SpeculativeDecoder, default_sources
 
 FILES = ("argparse.py", "json/decoder.py", "dataclasses.py", "functools.py", "textwrap.py")
 # A verification pass of up to 16 tokens costs about one step: drafts are never pruned by cost.

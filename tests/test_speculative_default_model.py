@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from memosight_lsp.bench.speed import default_files, sample_prompts
-from memosight_lsp.completion.service import CompletionEngine
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR, load_model
-from memosight_lsp.engine.speculative import SpeculativeDecoder
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.loading import EMBEDDED_MODEL_DIR, load_model
+from memosight_lsp.inference.speculative import SpeculativeDecoder
+from memosight_lsp.pipeline.local_backend import LocalBackend
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def loaded():
 
 @pytest.mark.slow
 def test_default_model_is_lossless_on_held_out_code(loaded):
-    engine = CompletionEngine(loaded, speculative=False)
+    engine = LocalBackend(loaded, speculative=False)
     prompts = sample_prompts(engine, default_files(), 100, budget=384, seed=7)
     decoder = SpeculativeDecoder()
     rules = StopRules(max_new_tokens=32, stop_token_ids=loaded.stop_token_ids)

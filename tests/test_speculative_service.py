@@ -1,4 +1,4 @@
-"""CompletionEngine decodes speculatively by default, with the same text as plain greedy."""
+"""LocalBackend decodes speculatively by default, with the same text as plain greedy."""
 
 from __future__ import annotations
 
@@ -7,19 +7,19 @@ import random
 import pytest
 from tiny_models import STDLIB
 
-from memosight_lsp.completion.request import CompletionRequest
-from memosight_lsp.completion.service import CompletionEngine
-from memosight_lsp.engine.drafters import CostModel, WorkspaceLookup
-from memosight_lsp.engine.fused_trunk import FusedTrunk, prepare_trunk
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.speculative import SpeculativeDecoder
+from memosight_lsp.inference.drafters import CostModel, WorkspaceLookup
+from memosight_lsp.inference.fused_trunk import FusedTrunk, prepare_trunk
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.speculative import SpeculativeDecoder
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.request import CompletionRequest
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_engine_speculative_equals_plain_and_reuses_the_buffer(tiny_model_dir):
     loaded = load_model(tiny_model_dir, device="cpu")
-    engine = CompletionEngine(loaded)
+    engine = LocalBackend(loaded)
     assert isinstance(engine.decoder, SpeculativeDecoder)
     text = (STDLIB / "shlex.py").read_text()
     lines = text.splitlines()
@@ -47,7 +47,7 @@ def test_engine_speculative_equals_plain_and_reuses_the_buffer(tiny_model_dir):
 
 def test_warm_up_times_the_passes_before_the_first_completion(tiny_model_dir):
     loaded = load_model(tiny_model_dir, device="cpu")
-    engine = CompletionEngine(loaded)
+    engine = LocalBackend(loaded)
     decoder = engine.decoder
     assert isinstance(decoder, SpeculativeDecoder) and decoder.cost_model is None
     engine.warm_up()
@@ -58,12 +58,12 @@ def test_warm_up_times_the_passes_before_the_first_completion(tiny_model_dir):
     text = (STDLIB / "shlex.py").read_text()
     done = engine.complete(CompletionRequest(text=text, line=120, column=0, mid_word="complete"))
     assert done.stats["speculative"] and decoder.cost_model is cost  # not timed again
-    CompletionEngine(loaded, speculative=False).warm_up()  # plain greedy: nothing to time
+    LocalBackend(loaded, speculative=False).warm_up()  # plain greedy: nothing to time
 
 
 def test_one_shot_engines_time_nothing_and_give_the_same_text(tiny_model_dir):
     loaded = load_model(tiny_model_dir, device="cpu")
-    engine = CompletionEngine(loaded, time_passes=False)
+    engine = LocalBackend(loaded, time_passes=False)
     trunk = prepare_trunk(loaded.model)
     assert isinstance(trunk, FusedTrunk)
     assert all(product.copy is None for product in trunk._products())
@@ -81,7 +81,7 @@ def test_one_shot_engines_time_nothing_and_give_the_same_text(tiny_model_dir):
 
 def test_settings_can_turn_it_off(tiny_model_dir):
     loaded = load_model(tiny_model_dir, device="cpu")
-    engine = CompletionEngine(loaded, speculative=False)
+    engine = LocalBackend(loaded, speculative=False)
     assert not isinstance(engine.decoder, SpeculativeDecoder)
 
 
@@ -91,12 +91,12 @@ def test_open_buffers_feed_the_workspace_drafts(tiny_model_dir):
     text = (STDLIB / "shlex.py").read_text()
     lines = text.splitlines()
     request = dict(text=text, line=120, column=0, mid_word="complete", max_new_tokens=24)
-    plain = CompletionEngine(loaded).complete(CompletionRequest(**request, plain=True))
+    plain = LocalBackend(loaded).complete(CompletionRequest(**request, plain=True))
     assert plain.new_tokens >= 3  # the random model loops here: stopped after three copies
     # Another buffer holding the lines above the cursor followed by what greedy decoding says.
     other = "\n".join(lines[100:120]) + "\n" + plain.raw + "\n"
     decoder = SpeculativeDecoder(sources=[WorkspaceLookup()])
-    engine = CompletionEngine(loaded, decoder=decoder)
+    engine = LocalBackend(loaded, decoder=decoder)
     fast = engine.complete(CompletionRequest(**request, open_buffers={"/other.py": other}))
     assert (fast.raw, fast.text) == (plain.raw, plain.text)
     assert fast.stats["acceptedBySource"].get("workspace", 0) > 0

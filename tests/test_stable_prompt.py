@@ -1,4 +1,4 @@
-"""A pinned prompt head per buffer (stable_prompt.py), through CompletionEngine.prepare with a
+"""A pinned prompt head per buffer (stable_prompt.py), through LocalBackend.prepare with a
 tiny model's real tokenizer: keystrokes keep the head, anything that stales it packs again, and
 every prompt fits its budget."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 from tiny_models import STDLIB
 
-from memosight_lsp.completion.prompt import MARKER_RESERVE
-from memosight_lsp.completion.request import CompletionRequest
-from memosight_lsp.completion.service import CompletionEngine
-from memosight_lsp.completion.stable_prompt import StablePrompts
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.prefix_cache import common_prefix
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.prefix_cache import common_prefix
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.prompt import MARKER_RESERVE
+from memosight_lsp.pipeline.request import CompletionRequest
+from memosight_lsp.pipeline.stable_prompt import StablePrompts
 from memosight_lsp.workspace import WorkspaceIndex
 
 TEXT = (STDLIB / "shlex.py").read_text()
@@ -23,7 +23,7 @@ BUFFER = "file:///w/shlex.py"
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    engine = CompletionEngine(load_model(tiny_model_dir, device="cpu"), time_passes=False)
+    engine = LocalBackend(load_model(tiny_model_dir, device="cpu"), time_passes=False)
     # A measured rate, so a cold prompt is smaller than the budget and has room to grow.
     engine.prefill_rate.observe(1000, 1000.0)  # 1,000 tokens/s
     return engine
@@ -50,7 +50,7 @@ def typed(text: str, line: int, column: int, chars: str) -> tuple[str, int, int]
     return text, line + len(rows) - 1, len(rows[-1])
 
 
-def fits(engine: CompletionEngine, prompt, req: CompletionRequest) -> None:
+def fits(engine: LocalBackend, prompt, req: CompletionRequest) -> None:
     """The packed context and the model's prompt (FIM markers aside) fit the budget."""
     budget = engine.latency_budget(req)
     assert prompt.context.prompt_tokens <= budget.max_prompt_tokens
@@ -188,7 +188,7 @@ def test_a_head_pinned_at_the_end_of_a_file_still_gives_a_suffix_further_up(tiny
     # No measured rate: the whole budget and an unbounded suffix. A pre-warm pins the head with
     # the cursor at the end of the buffer (nothing after it); a later cursor with code below
     # must still see that code.
-    engine = CompletionEngine(load_model(tiny_model_dir, device="cpu"), time_passes=False)
+    engine = LocalBackend(load_model(tiny_model_dir, device="cpu"), time_passes=False)
     text = "def add(a, b):\n    \n\nprint(add(1, 2))\n"
     end_line = text.count("\n")
     engine.prepare(request(text, end_line, 0, budget_tokens=512))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from memosight_lsp.engine.drafters import CostModel
-from memosight_lsp.engine.row_kernels import COPY, FEW_ROWS, LINEAR, TRANSPOSED, RowKernels
-from memosight_lsp.engine.timing import affordable_turns
+from memosight_lsp.inference.drafters import CostModel
+from memosight_lsp.inference.row_kernels import COPY, FEW_ROWS, LINEAR, TRANSPOSED, RowKernels
+from memosight_lsp.inference.timing import affordable_turns
 
 
 def test_affordable_turns():

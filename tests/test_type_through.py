@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memosight_lsp.completion.type_through import TypeThroughCache, TypeThroughEntry
+from memosight_lsp.session.type_through import TypeThroughCache, TypeThroughEntry
 
 BEFORE = "def add(a, b):\n    "
 AFTER = "\n\nprint(add(1, 2))\n"

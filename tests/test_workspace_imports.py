@@ -1,6 +1,9 @@
-"""Imports point down in context/ and workspace/: no cycle between their modules (counting imports
+"""Imports point down: in context/ and workspace/ no cycle between their modules (counting imports
 inside functions and under TYPE_CHECKING, where a cycle can hide), no torch, no LSP library, and
-nothing from the layers above."""
+nothing from the layers above; the completion's layers, from the bottom (inference/ the model,
+engines/ the serving engines' clients, pipeline/ the synchronous request path, next_edit/,
+session/ time and documents, server/ the protocol) import nothing from a layer above them, and
+only session/ and server/ import the LSP libraries."""
 
 from __future__ import annotations
 
@@ -10,7 +13,17 @@ from pathlib import Path
 SOURCE = Path(__file__).resolve().parents[1]
 LAYERS = ("memosight_lsp/context", "memosight_lsp/workspace")
 FORBIDDEN = ("torch", "transformers", "pygls", "lsprotocol", "memosight_lsp.server")
-ABOVE = ("memosight_lsp.engine", "memosight_lsp.completion", "memosight_lsp.commands")
+ABOVE = (
+    "memosight_lsp.inference",
+    "memosight_lsp.engines",
+    "memosight_lsp.pipeline",
+    "memosight_lsp.next_edit",
+    "memosight_lsp.session",
+    "memosight_lsp.commands",
+)
+# The completion's layers, lowest first.
+COMPLETION_LAYERS = ("inference", "engines", "pipeline", "next_edit", "session", "server")
+LSP_LIBRARIES = ("pygls", "lsprotocol")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -93,3 +106,26 @@ def test_a_cycle_behind_a_local_import_is_found(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .index import Index\n"
     )
     assert find_cycle(import_graph(tmp_path, ("pkg",))) == ["pkg.index", "pkg.watcher", "pkg.index"]
+
+
+def test_completion_layers_import_nothing_from_above() -> None:
+    for i, layer in enumerate(COMPLETION_LAYERS):
+        above = tuple(f"memosight_lsp.{name}" for name in COMPLETION_LAYERS[i + 1 :])
+        speaks_lsp = layer in ("session", "server")
+        for module, targets in import_graph(SOURCE, (f"memosight_lsp/{layer}",)).items():
+            bad = sorted(
+                t
+                for t in targets
+                if t.startswith(above) or (not speaks_lsp and t.startswith(LSP_LIBRARIES))
+            )
+            assert not bad, f"{module} imports {bad}"
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "memosight_lsp" / "pipeline"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text("from memosight_lsp.session.scheduler import Scheduler\n")
+    (pkg / "y.py").write_text("def f():\n    from lsprotocol import types\n")
+    graph = import_graph(tmp_path, ("memosight_lsp/pipeline",))
+    assert "memosight_lsp.session.scheduler" in graph["memosight_lsp.pipeline.x"]
+    assert "lsprotocol" in graph["memosight_lsp.pipeline.y"]

@@ -41,17 +41,17 @@ from transformers import DynamicCache
 
 from memosight_lsp.context.far_prefix import NEAR_SHARE, compress_prefix
 from memosight_lsp.context.tokens import TokenCounter
-from memosight_lsp.engine.compressed_decode import CompressedDraftDecoder, decode_greedy, feed
-from memosight_lsp.engine.decoder import Generation, StopRules
-from memosight_lsp.engine.kv_compress import (
+from memosight_lsp.inference.compressed_decode import CompressedDraftDecoder, decode_greedy, feed
+from memosight_lsp.inference.decoder import Generation, StopRules
+from memosight_lsp.inference.kv_compress import (
     QueryCapture,
     SnapKVConfig,
     compress,
     kept_fraction,
     unsupported_reason,
 )
-from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model, position_limit
-from memosight_lsp.engine.prefix_cache import cache_bytes
+from memosight_lsp.inference.loading import LoadedModel, ModelLoadError, load_model, position_limit
+from memosight_lsp.inference.prefix_cache import cache_bytes
 
 # Installed third-party packages are held-out code: the default model is trained on the CPython
 # standard library and a few named registry packages only, never on site-packages (MODEL.md).

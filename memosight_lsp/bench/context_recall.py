@@ -9,7 +9,7 @@ that definition's header (`def name(` / `class name`) under the defining file's 
 Three contexts are compared at each budget: the ranked context, the current file alone, and
 Copilot-style neighbour windows (the most Jaccard-similar 20-line windows of the other files in
 the same folder, as if they were open tabs). With `--rerank-model` a fourth: the ranked context
-with that model as second-stage ranker (engine/chunk_scoring.py) wherever the candidates
+with that model as second-stage ranker (inference/chunk_scoring.py) wherever the candidates
 overflow the room, at the budgets given by `--rerank-budgets`.
 
     python -m memosight_lsp.bench.context_recall /work/evaldata/projects/* --tokenizer T.json
@@ -65,7 +65,7 @@ def _count_function(tokenizer: str | None) -> tuple[Callable[[str], int], str]:
         tok = Tokenizer.from_file(str(path / "tokenizer.json" if path.is_dir() else path))
         return (lambda text: len(tok.encode(text, add_special_tokens=False).ids)), str(path)
     try:
-        from memosight_lsp.engine.loading import load_tokenizer
+        from memosight_lsp.inference.loading import load_tokenizer
 
         hf = load_tokenizer(None)
         return (lambda text: len(hf.encode(text, add_special_tokens=False))), "embedded model"
@@ -207,8 +207,8 @@ def neighbour_windows(
 
 def load_rerank(model: str) -> Rerank:
     """The chunk scorer of a model folder ("default": the embedded model) as a Rerank."""
-    from memosight_lsp.engine.chunk_scoring import model_text_scorer
-    from memosight_lsp.engine.loading import load_model
+    from memosight_lsp.inference.chunk_scoring import model_text_scorer
+    from memosight_lsp.inference.loading import load_model
 
     folder = None if model == "default" else model
     return Rerank(score=model_text_scorer(load_model(folder, allow_pickle=True)))

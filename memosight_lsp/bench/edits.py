@@ -13,7 +13,7 @@ was trained on), sampled with `--seed`, `--cases` per kind:
 - control: a string constant used once in its file changed; no edit is expected.
 
 Each case is the file before the edit, the edit as the buffer's recent edit (EditHistory), the
-cursor at the end of the edited text; the prediction is completion/next_edit.py's, as the server
+cursor at the end of the edited text; the prediction is next_edit/predict.py's, as the server
 makes it: the rename follow-up first, then the call-site follow-up (no model; `renameAnswers`
 and `callsiteAnswers` count the cases each answered), else the model (window, prompt, window
 draft, post-processing). `--model-only` skips the follow-ups: the model alone, as before them.
@@ -28,13 +28,13 @@ greedy decoding; the tokens must be the same (`identical`; `samePrefixCutByTime`
 cut by maxWaitMs at different lengths and agree up to the shorter), and tokens per second of the
 rewrite (its decode, prefill apart) are reported with and without the window draft.
 
-`--early-stop on|off|both`: rewrites end once re-converged after a change (completion/
-next_edit.py; on, as the server does), or not; `both` predicts each case both ways (the order
-turned every other case) and reports the kinds without it under `withoutEarlyStop`, with how
+`--early-stop on|off|both`: rewrites end once re-converged after a change (next_edit/predict.py;
+on, as the server does), or not; `both` predicts each case both ways (the order turned every
+other case) and reports the kinds without it under `withoutEarlyStop`, with how
 many of the model's answers proposed the same edits both ways (`earlyStopCompared`).
 
 `--llama-server URL`: the model's rewrite comes from that llama.cpp server instead (as the
-server's next edits with model.backend llama.cpp: completion/next_edit_remote.py); no local
+server's next edits with model.backend llama.cpp: next_edit/remote.py); no local
 model is loaded and there are no speed rows. `--prompt-format` sets nextEdit.promptFormat.
 
 Prints JSON: per kind, cases, exact matches (share), proposals, latency p50/p90 of the whole
@@ -57,23 +57,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from memosight_lsp.backends.llama_cpp import LlamaCppBackend
 from memosight_lsp.bench import corpora
 from memosight_lsp.commands.common import EMBEDDED
-from memosight_lsp.completion.edit_history import EditHistory
-from memosight_lsp.completion.next_edit import (
+from memosight_lsp.engines.llama_cpp import LlamaCppClient
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.speculative import SpeculativeDecoder
+from memosight_lsp.next_edit.edit_history import EditHistory
+from memosight_lsp.next_edit.local import NextEditor
+from memosight_lsp.next_edit.predict import (
     Hunk,
     NextEdit,
     NextEditRequest,
     call_site_follow_up_edit,
     rename_follow_up_edit,
 )
-from memosight_lsp.completion.next_edit_local import NextEditor
-from memosight_lsp.completion.next_edit_prompt import FAMILIES
-from memosight_lsp.completion.next_edit_remote import RemoteNextEditor
-from memosight_lsp.completion.remote import RemoteCompletionEngine
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.speculative import SpeculativeDecoder
+from memosight_lsp.next_edit.prompt import FAMILIES
+from memosight_lsp.next_edit.remote import RemoteNextEditor
+from memosight_lsp.pipeline.engine_backend import EngineBackend
 
 KINDS = ("rename", "string", "callsite", "control")
 EARLY_STOP_MODES = {"on": (True,), "off": (False,), "both": (False, True)}
@@ -418,7 +418,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         model_name, editor = None, None
         args.plain_cases = 0  # no rewrite to time
     elif args.llama_server:
-        engine = RemoteCompletionEngine(LlamaCppBackend(args.llama_server), timeout_s=30)
+        engine = EngineBackend(LlamaCppClient(args.llama_server), timeout_s=30)
         info = engine.connect()
         if info is None:
             raise OSError(f"no llama.cpp server at {args.llama_server}: {engine.health.message}")

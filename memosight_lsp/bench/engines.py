@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memosight_lsp.backends import http as engine_http
-from memosight_lsp.backends.vllm import VllmBackend, prefix_cache_counts
-from memosight_lsp.server.stats import percentile
+from memosight_lsp.engines import http as engine_http
+from memosight_lsp.engines.vllm import VllmClient, prefix_cache_counts
+from memosight_lsp.session.stats import percentile
 
 from .lsp_client import (
     REQUEST_CANCELLED,
@@ -247,7 +247,7 @@ def engine_counters(args: argparse.Namespace) -> dict[str, float] | None:
     if args.local or args.backend != "vllm" or not args.url:
         return None
     try:
-        return VllmBackend(args.url).metrics(engine_http.deadline_in(10))
+        return VllmClient(args.url).metrics(engine_http.deadline_in(10))
     except engine_http.EngineError:
         return None
 

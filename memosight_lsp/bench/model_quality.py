@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from memosight_lsp.completion.request import CompletionRequest
-from memosight_lsp.completion.service import CompletionEngine
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.loading import LoadedModel, load_model
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.loading import LoadedModel, load_model
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.request import CompletionRequest
 
 # Third-party packages installed with the project from PyPI: evaluation data, never trained on.
 THIRD_PARTY_PACKAGES = ("pygls", "lsprotocol", "attrs", "cattrs", "tqdm", "pathspec", "packaging")
@@ -104,7 +104,7 @@ def third_party_files() -> list[Path]:
 
 
 def predict(
-    engine: CompletionEngine, cases: list[Case], with_suffix: bool, plain: bool = True
+    engine: LocalBackend, cases: list[Case], with_suffix: bool, plain: bool = True
 ) -> list[str]:
     out = []
     for case in cases:
@@ -136,7 +136,7 @@ def score(cases: list[Case], predictions: list[str]) -> dict:
 
 
 def evaluate(
-    engine: CompletionEngine, cases: list[Case], with_suffix: bool, speculative: bool = False
+    engine: LocalBackend, cases: list[Case], with_suffix: bool, speculative: bool = False
 ) -> dict:
     plain = predict(engine, cases, with_suffix)
     report = score(cases, plain)
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         allow_pickle=True,  # a folder the user named on the command line
     )
     load_s = time.perf_counter() - started
-    engine = CompletionEngine(loaded)
+    engine = LocalBackend(loaded)
     corpora = {"stdlib_held_out": held_out_stdlib_files(loaded), "third_party": third_party_files()}
     quality = {}
     for name, files in corpora.items():

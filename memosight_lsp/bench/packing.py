@@ -3,7 +3,7 @@
 Each case is a real file of a pinned project (bench/corpora.py), a random cursor, a budget drawn
 log-uniformly from 16 to 4,096 tokens, the project's index or none (`context.crossFile`), the
 packings the settings give (the default share of other files, the ranked shares) and, for half of
-the cases, the suffix bound a first-response deadline sets (completion/latency.py). Every packing
+the cases, the suffix bound a first-response deadline sets (pipeline/latency.py). Every packing
 must end and fit its budget as the tokenizer counts the whole prompt. Prints JSON: per language
 the time per packing (p50 / p99 / max) and the cases over budget.
 
@@ -164,7 +164,7 @@ def tokenizer_counter(model: str | None) -> Callable[[str], int]:
     """Counting with the model's tokenizer (the embedded model's by default)."""
     from transformers import AutoTokenizer
 
-    from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR
+    from memosight_lsp.inference.loading import EMBEDDED_MODEL_DIR
 
     tokenizer = AutoTokenizer.from_pretrained(str(model or EMBEDDED_MODEL_DIR))
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False))

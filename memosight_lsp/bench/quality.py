@@ -5,7 +5,7 @@ Cases come from held-out third-party packages installed from PyPI (never trained
   (bench/context_recall.py finds them with `ast`), the line cut at its indentation and the rest of
   the file after the cursor;
 - `random`: seeded random lines of the same packages' files (bench/model_quality.py's sampling).
-Every case is completed through CompletionEngine.complete under each context strategy and budget
+Every case is completed through LocalBackend.complete under each context strategy and budget
 (same cases, same model, plain greedy decoding, one line) and scored: next-line exact match,
 edit similarity and first-token accuracy, each with its 95% interval (Wilson for shares, a
 seeded bootstrap for means), and the paired differences from the current file alone and from
@@ -68,11 +68,11 @@ import numpy as np
 
 from memosight_lsp.bench import context_recall, corpora, language_cases, model_quality
 from memosight_lsp.bench.llama_server import LlamaServer, LlamaServerError
-from memosight_lsp.completion.positions import split_at
-from memosight_lsp.completion.request import CompletionRequest
-from memosight_lsp.completion.service import CompletionEngine
 from memosight_lsp.config import Settings
 from memosight_lsp.context import Packing
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.positions import split_at
+from memosight_lsp.pipeline.request import CompletionRequest
 from memosight_lsp.workspace import WorkspaceIndex
 
 # Multi-file packages installed with the project (runtime and dev dependencies): held out.
@@ -296,7 +296,7 @@ VS_ANCHOR = (("llama.cpp", "vsLlama"),)
 
 def infill_case(
     server: LlamaServer,
-    engine: CompletionEngine,
+    engine: LocalBackend,
     case: QualityCase,
     extra: Sequence[tuple[str, str]],
 ) -> Outcome:
@@ -477,9 +477,7 @@ def markdown(table: dict, budget: int, names: Sequence[str]) -> str:
 Results = dict[tuple[int, str, str], list[Outcome]]  # (budget, strategy, kind) -> outcomes
 
 
-def complete_case(
-    engine: CompletionEngine, request: CompletionRequest, case: QualityCase
-) -> Outcome:
+def complete_case(engine: LocalBackend, request: CompletionRequest, case: QualityCase) -> Outcome:
     recalled = None
     if case.callee is not None:
         context = engine.prepare(request, stable=False).context
@@ -504,7 +502,7 @@ def complete_case(
 
 
 def run_cases(
-    engine: CompletionEngine,
+    engine: LocalBackend,
     cases: Sequence[QualityCase],
     strategies: Sequence[Strategy],
     budgets: Sequence[int],
@@ -711,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from memosight_lsp.engine.loading import load_model
+    from memosight_lsp.inference.loading import load_model
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -735,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_model(
             args.model, device="cpu", dtype=args.dtype, quantization=args.quantization
         )
-        engine = CompletionEngine(loaded, speculative=False, time_passes=False)
+        engine = LocalBackend(loaded, speculative=False, time_passes=False)
         started = time.perf_counter()
         done_results: dict[str, Results] = {}
 

@@ -40,13 +40,13 @@ from typing import Any
 
 import torch
 
-from memosight_lsp.completion.request import CompletionRequest
-from memosight_lsp.completion.service import CompletionEngine
-from memosight_lsp.engine.decoder import StopRules
-from memosight_lsp.engine.greedy import greedy_generate
-from memosight_lsp.engine.loading import LoadedModel, ModelLoadError, load_model
-from memosight_lsp.engine.memory import release_free_memory
-from memosight_lsp.engine.speculative import SpeculativeDecoder, default_sources
+from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.greedy import greedy_generate
+from memosight_lsp.inference.loading import LoadedModel, ModelLoadError, load_model
+from memosight_lsp.inference.memory import release_free_memory
+from memosight_lsp.inference.speculative import SpeculativeDecoder, default_sources
+from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.request import CompletionRequest
 
 from .llama_server import LlamaServer, LlamaServerError
 
@@ -79,7 +79,7 @@ def default_files() -> list[Path]:
 
 
 def sample_prompts(
-    engine: CompletionEngine, files: list[Path], count: int, budget: int, seed: int
+    engine: LocalBackend, files: list[Path], count: int, budget: int, seed: int
 ) -> list[dict[str, Any]]:
     """Cursor positions at line starts or after punctuation, so no token healing is involved."""
     rng = random.Random(seed)
@@ -305,7 +305,7 @@ def typed_prefix(suggestion: str) -> str | None:
 
 def type_through(
     loaded: LoadedModel,
-    engine: CompletionEngine,
+    engine: LocalBackend,
     prompts: list[dict],
     rows: list[dict],
     max_new: int,
@@ -423,7 +423,7 @@ def fim_edit_ttft(
     text = path.read_text(encoding="utf-8", errors="replace")
     lines = text.split("\n")
     line = len(lines) // 2
-    engine = CompletionEngine(loaded, decoder=decoder)
+    engine = LocalBackend(loaded, decoder=decoder)
     cold_ms: list[float] = []
     edit_ms: list[float] = []
     prefilled: list[int] = []
@@ -589,7 +589,7 @@ def main(argv: list[str]) -> int:
     if missing or not files:
         sys.stderr.write(f"error: no such file: {missing[0] if missing else '(none found)'}\n")
         return 2
-    engine = CompletionEngine(loaded, speculative=False)
+    engine = LocalBackend(loaded, speculative=False)
     prompts = sample_prompts(engine, list(files), args.samples, args.budget_tokens, args.seed)
     if not prompts:
         sys.stderr.write("error: could not sample any cursor position from the files\n")

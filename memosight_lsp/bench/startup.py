@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from memosight_lsp.commands.common import add_model_options, model_settings_from_args
-from memosight_lsp.completion.positions import index_to_utf16
 from memosight_lsp.config import CompletionSettings, settings_to_wire
+from memosight_lsp.pipeline.positions import index_to_utf16
 
 from .lsp_client import (
     SERVER_COMMAND,

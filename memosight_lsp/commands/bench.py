@@ -6,7 +6,7 @@ import argparse
 import importlib
 import os
 
-from memosight_lsp.engine import native_kernels
+from memosight_lsp.inference import native_kernels
 
 # bench name -> module under memosight_lsp.bench exposing main(argv: list[str]) -> int. The
 # benchmarks a user runs against their own model; the reliability harness (fuzz, soak) is not

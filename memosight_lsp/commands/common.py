@@ -8,18 +8,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
-from memosight_lsp.completion.positions import utf16_to_index
 from memosight_lsp.config import BackendName, Device, Dtype, ModelSettings, Quantization
 from memosight_lsp.discovery.resolve import Resolved, load_resolved, resolve
-from memosight_lsp.engine.errors import ModelLoadError
+from memosight_lsp.inference.errors import ModelLoadError
+from memosight_lsp.pipeline.positions import utf16_to_index
 from memosight_lsp.workspace.files import is_binary
 
 # The model's modules (torch, transformers: seconds to import) are imported by the functions
 # that load or reach a model, so a command that only looks (`models --list`) starts at once.
 if TYPE_CHECKING:
-    from memosight_lsp.completion.remote import RemoteCompletionEngine
-    from memosight_lsp.completion.service import CompletionEngine
-    from memosight_lsp.engine.loading import LoadedModel
+    from memosight_lsp.inference.loading import LoadedModel
+    from memosight_lsp.pipeline.engine_backend import EngineBackend
+    from memosight_lsp.pipeline.local_backend import LocalBackend
 
 EMBEDDED = "embedded"  # --model's name for the embedded model (model.path: null)
 
@@ -84,17 +84,17 @@ def model_settings_from_args(args: argparse.Namespace) -> ModelSettings:
     )
 
 
-def remote_engine_from_args(args: argparse.Namespace) -> RemoteCompletionEngine:
+def remote_engine_from_args(args: argparse.Namespace) -> EngineBackend:
     """The serving engine --backend names, asked what it serves; ModelLoadError (one line)
     when it cannot be reached or does not serve a model."""
-    from memosight_lsp.backends import BackendConfigError, open_backend
-    from memosight_lsp.completion.remote import RemoteCompletionEngine
+    from memosight_lsp.engines import BackendConfigError, open_engine
+    from memosight_lsp.pipeline.engine_backend import EngineBackend
 
     try:
-        backend = open_backend(model_settings_from_args(args))
+        backend = open_engine(model_settings_from_args(args))
     except BackendConfigError as err:
         raise ModelLoadError(str(err)) from err
-    engine = RemoteCompletionEngine(backend, timeout_s=args.timeout_ms / 1000)
+    engine = EngineBackend(backend, timeout_s=args.timeout_ms / 1000)
     if engine.connect() is None:
         raise ModelLoadError(engine.health.message)
     return engine
@@ -109,7 +109,7 @@ def resolve_from_args(args: argparse.Namespace) -> Resolved:
     return resolved
 
 
-def engine_from_args(args: argparse.Namespace) -> CompletionEngine | RemoteCompletionEngine:
+def engine_from_args(args: argparse.Namespace) -> LocalBackend | EngineBackend:
     """The model in this process (loaded), or the serving engine --backend names (or auto
     found serving a code model on loopback)."""
     if args.backend != "local":
@@ -118,10 +118,10 @@ def engine_from_args(args: argparse.Namespace) -> CompletionEngine | RemoteCompl
     if resolved.backend != "local":
         args.backend, args.url, args.name = resolved.backend, resolved.url, resolved.name
         return remote_engine_from_args(args)
-    from memosight_lsp.completion.service import CompletionEngine
+    from memosight_lsp.pipeline.local_backend import LocalBackend
 
     # One completion: timing the machine's passes would not pay.
-    return CompletionEngine(load_model_from_args(args, resolved), time_passes=False)
+    return LocalBackend(load_model_from_args(args, resolved), time_passes=False)
 
 
 def add_position_arguments(parser: argparse.ArgumentParser) -> None:
@@ -161,7 +161,7 @@ def load_resolved_from_args(
     args: argparse.Namespace, resolved: Resolved | None = None, *, remeasure: bool = False
 ) -> tuple[LoadedModel, Resolved]:
     """The model and what was resolved in the end (auto's pick, or the embedded fallback)."""
-    from memosight_lsp.engine.loading import load_model
+    from memosight_lsp.inference.loading import load_model
 
     def say(message: str) -> None:
         print(f"memosight: {message}", file=sys.stderr)  # noqa: T201

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import get_args
 
-from memosight_lsp.completion.request import CompletionRequest
 from memosight_lsp.config import MultilinePolicy, Settings
+from memosight_lsp.pipeline.request import CompletionRequest
 from memosight_lsp.workspace import WorkspaceIndex
 
 from .common import (

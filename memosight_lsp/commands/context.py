@@ -52,8 +52,8 @@ def find_root(file: Path) -> Path:
 
 def token_counter(model: str | None) -> tuple[Callable[[str], int], Any]:
     """(count_tokens, FIM format or None) from the model's tokenizer; chars/4 if there is none."""
-    from memosight_lsp.engine.fim import detect_fim_format
-    from memosight_lsp.engine.loading import ModelLoadError, load_tokenizer
+    from memosight_lsp.inference.fim import detect_fim_format
+    from memosight_lsp.inference.loading import ModelLoadError, load_tokenizer
 
     try:
         tokenizer = load_tokenizer(model)
@@ -91,8 +91,8 @@ def to_json(packed: PackedContext, prompt: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memosight_lsp.completion.request import packing_for
-    from memosight_lsp.engine.loading import ModelLoadError
+    from memosight_lsp.inference.loading import ModelLoadError
+    from memosight_lsp.pipeline.request import packing_for
 
     try:
         text, column = read_position(args)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from memosight_lsp.engine.heads_export import VLLM_MEDUSA, ExportError, export_vllm_medusa
+from memosight_lsp.inference.heads_export import VLLM_MEDUSA, ExportError, export_vllm_medusa
 
 from .common import ModelLoadError, add_model_options, emit, fail, load_model_from_args
 

@@ -51,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     info = loaded.describe()
     info["resolved"] = resolution_json(final)  # how model.path chose it (auto, or named)
     if args.remeasure:  # what a server would time after its first answer, timed now and kept
-        from memosight_lsp.completion.service import CompletionEngine
+        from memosight_lsp.pipeline.local_backend import LocalBackend
 
-        engine = CompletionEngine(loaded)
+        engine = LocalBackend(loaded)
         engine.warm_up()
         info["calibration"] = engine.calibration.describe()
     if args.json:

@@ -45,7 +45,7 @@ class PackedContext:
 
 @dataclass(frozen=True, kw_only=True)
 class Rerank:
-    """A second-stage ranker (e.g. engine/chunk_scoring.py: how much each chunk lowers the
+    """A second-stage ranker (e.g. inference/chunk_scoring.py: how much each chunk lowers the
     model's perplexity of the code above the cursor). Asked only when the structural ranker's
     best candidates overflow the room, about the first `max_candidates` of them."""
 

@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memosight_lsp.engine.fim import KNOWN_FORMATS
+from memosight_lsp.inference.fim import KNOWN_FORMATS
 
 MAGIC = b"GGUF"
 MAX_HEADER_BYTES = 64 << 20  # metadata larger than this is not read (real ones: 1-10 MB)

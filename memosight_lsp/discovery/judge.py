@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memosight_lsp.config import snake_to_camel
-from memosight_lsp.engine.fim import detect_fim_format
+from memosight_lsp.inference.fim import detect_fim_format
 
 from .gguf_header import GgufHeader, HeaderError, read_header
 from .hf_folder import read_folder

@@ -6,7 +6,7 @@ The rule, extrapolated from one measurement of Qwen2.5-Coder-0.5B on a 2-core CP
 docs/discovery.md): decoding slows in proportion to the parameter count, so a model of up to
 CPU_PARAMETERS_PER_CORE parameters a core decodes fast enough to type along, and past
 CPU_MAX_PARAMETERS memory bandwidth keeps any CPU below that whatever its cores. The first load
-also holds the model once in float32 while it measures precisions (engine/precision.py): 4 bytes
+also holds the model once in float32 while it measures precisions (inference/precision.py): 4 bytes
 a parameter must fit in half the memory. On an NVIDIA GPU the model runs in bfloat16: up to 8B
 parameters (~16 GB) count as interactive (its memory is not asked for).
 """

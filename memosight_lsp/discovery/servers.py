@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from memosight_lsp.backends import http
+from memosight_lsp.engines import http
 
 PROBE_S = 0.3  # an engine on loopback answers these in milliseconds; a silent port costs this
 MAX_MODELS = 64  # models listed per engine

@@ -11,13 +11,13 @@ from typing import Any
 from lsprotocol import types
 from pygls.workspace import PositionCodec, TextDocument
 
-from memosight_lsp.completion.prompt import Prompt
-from memosight_lsp.completion.scheduler import JobAbandoned
 from memosight_lsp.context import Snippet, current_name
+from memosight_lsp.pipeline.prompt import Prompt
+from memosight_lsp.session.completion_flow import give_up_s
+from memosight_lsp.session.documents import LineIndex
+from memosight_lsp.session.scheduler import JobAbandoned
 from memosight_lsp.workspace import WorkspaceIndex
 
-from .completions import give_up_s
-from .documents import LineIndex
 from .server import MemoSightServer
 
 
@@ -47,13 +47,13 @@ async def explain(
         request = replace(request, budget_tokens=budget, first_response_ms=0)
 
     def prepare(cancelled) -> tuple[Prompt, int] | None:
-        engine = ls.host.engine
-        if engine is None:
+        backend = ls.host.backend
+        if backend is None:
             return None
         # The very prepare() a completion runs: same index, buffers, edits and budget (a budget
         # of its own packs afresh and leaves the buffer's pinned head alone).
-        prompt = engine.prepare(request, stable=budget is None)
-        return prompt, engine.count_tokens(prompt.text)
+        prompt = backend.prepare(request, stable=budget is None)
+        return prompt, backend.count_tokens(prompt.text)
 
     job = ls.scheduler.submit(f"{uri}#context", prepare, give_up_s=give_up_s(settings))
     try:
@@ -83,8 +83,8 @@ async def explain(
         "snippets": [mapper.snippet(s) for s in prompt.context.snippets],
         "prompt": prompt.text,
         "reason": reason,
-        # The sizes it was packed with (completion/latency.py) and whether it was built on the
-        # buffer's pinned head (completion/stable_prompt.py).
+        # The sizes it was packed with (pipeline/latency.py) and whether it was built on the
+        # buffer's pinned head (pipeline/stable_prompt.py).
         "budget": {
             **(prompt.budget.describe() if prompt.budget else {}),
             "stableHead": prompt.stable_head,

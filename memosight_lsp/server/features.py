@@ -11,8 +11,8 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
 from memosight_lsp.config import SECTION
+from memosight_lsp.session.completion_flow import Outcome
 
-from .completions import Outcome
 from .explain import explain
 from .indexes import Change
 from .server import MemoSightServer

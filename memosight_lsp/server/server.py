@@ -17,20 +17,20 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from memosight_lsp import __version__
-from memosight_lsp.completion.edit_history import EditHistory
-from memosight_lsp.completion.request import Completion
-from memosight_lsp.completion.scheduler import Scheduler
 from memosight_lsp.config import Settings, parse_settings, unwrap_settings, without_user_only
-from memosight_lsp.engine.memory import release_free_memory
+from memosight_lsp.inference.memory import release_free_memory
+from memosight_lsp.next_edit.edit_history import EditHistory
+from memosight_lsp.pipeline.request import Completion
+from memosight_lsp.session.completion_flow import DISABLED, CompletionFlow, ContextInputs, Cursor
+from memosight_lsp.session.model_host import ModelHost, ModelState
+from memosight_lsp.session.next_edit_flow import NextEditFlow
+from memosight_lsp.session.scheduler import Scheduler
+from memosight_lsp.session.stats import ServerStats
 from memosight_lsp.workspace.files import indexable_text
 
-from .completions import DISABLED, CompletionFlow, ContextInputs, Cursor
 from .indexes import WorkspaceIndexes
-from .model_host import ModelHost, ModelState
-from .next_edit import NextEditFlow
 from .progress import ProgressChains
 from .protocol import RobustProtocol
-from .stats import ServerStats
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from memosight_lsp.engine.fim import QWEN
+from memosight_lsp.inference.fim import QWEN
 
 from .corpus import SourceFile, collect_corpus, is_validation
 from .fim_data import FimSettings, make_documents

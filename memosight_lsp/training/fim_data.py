@@ -11,7 +11,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from memosight_lsp.engine.fim import FimFormat
+from memosight_lsp.inference.fim import FimFormat
 
 from .tokenizer_training import END_OF_TEXT
 

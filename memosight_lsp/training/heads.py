@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from memosight_lsp.engine.fim import resolve_fim_format
-from memosight_lsp.engine.heads import (
+from memosight_lsp.inference.fim import resolve_fim_format
+from memosight_lsp.inference.heads import (
     HeadsConfig,
     MedusaHeads,
     lm_head_fingerprint,
@@ -31,7 +31,7 @@ from memosight_lsp.engine.heads import (
     output_folder,
     save_heads,
 )
-from memosight_lsp.engine.loading import load_model
+from memosight_lsp.inference.loading import load_model
 
 from .corpus import collect_corpus, is_validation
 from .fim_data import FimSettings, make_documents

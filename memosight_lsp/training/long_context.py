@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from memosight_lsp.engine.fim import QWEN, FimFormat
-from memosight_lsp.engine.loading import load_tokenizer, model_folder, position_limit
+from memosight_lsp.inference.fim import QWEN, FimFormat
+from memosight_lsp.inference.loading import load_tokenizer, model_folder, position_limit
 
 from .base import (
     BaseTrainingConfig,

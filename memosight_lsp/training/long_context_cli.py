@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from memosight_lsp.engine.loading import ModelLoadError
+from memosight_lsp.inference.loading import ModelLoadError
 
 from .base_cli import add_corpus_arguments
 from .long_context import LongContextConfig, train_long_context

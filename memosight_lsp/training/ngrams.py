@@ -1,4 +1,4 @@
-"""Count the token n-gram table that drafts for speculative decoding (engine/ngram_model.py).
+"""Count the token n-gram table that drafts for speculative decoding (inference/ngram_model.py).
 
 Every source file under the given folders (all languages the index knows, .gitignore respected)
 is tokenized with the model's tokenizer; for each context of 1..max_order tokens seen at least
@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from memosight_lsp.engine.fused_trunk import prepare_trunk
-from memosight_lsp.engine.kv_cache import new_cache
-from memosight_lsp.engine.loading import position_limit
-from memosight_lsp.engine.ngram_model import (
+from memosight_lsp.inference.fused_trunk import prepare_trunk
+from memosight_lsp.inference.kv_cache import new_cache
+from memosight_lsp.inference.loading import position_limit
+from memosight_lsp.inference.ngram_model import (
     MAX_ORDER,
     NgramTable,
     context_keys,

@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from memosight_lsp.engine.ngram_model import MAX_ORDER, NGRAMS_FILE
+from memosight_lsp.inference.ngram_model import MAX_ORDER, NGRAMS_FILE
 
 from .fit_cli import add_model_data_arguments, data_folders
 from .ngrams import DEFAULT_MIN_COUNT, build_table
@@ -47,8 +47,8 @@ def register_cli(parser: argparse.ArgumentParser) -> None:
 def run_cli(args: argparse.Namespace) -> int:
     import torch
 
-    from memosight_lsp.engine.heads import lm_head_fingerprint, output_folder
-    from memosight_lsp.engine.loading import ModelLoadError, load_model
+    from memosight_lsp.inference.heads import lm_head_fingerprint, output_folder
+    from memosight_lsp.inference.loading import ModelLoadError, load_model
 
     if args.min_count < 1 or not 1 <= args.max_order <= 8 or args.minutes <= 0:
         sys.stderr.write(

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memosight_lsp.engine.loading import EMBEDDED_MODEL_DIR
+from memosight_lsp.inference.loading import EMBEDDED_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

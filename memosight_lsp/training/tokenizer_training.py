@@ -8,7 +8,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from memosight_lsp.engine.fim import QWEN
+from memosight_lsp.inference.fim import QWEN
 
 END_OF_TEXT = "<|endoftext|>"
 FILE_SEP = "<|file_sep|>"

@@ -45,7 +45,7 @@ from typing import Any
 
 from memosight_lsp.bench.lsp_client import SERVER_COMMAND, StdioServer, encode, frame
 from memosight_lsp.config import Settings, settings_to_wire
-from memosight_lsp.engine import native_kernels
+from memosight_lsp.inference import native_kernels
 from tools.reliability.procs import proc_status, python_env
 
 # Every method the server registers (server/features.py and pygls's built-ins), requests and

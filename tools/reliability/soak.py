@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from memosight_lsp.bench.lsp_client import SERVER_COMMAND, StdioServer
-from memosight_lsp.engine import native_kernels
+from memosight_lsp.inference import native_kernels
 from tools.reliability.procs import proc_status, python_env
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
