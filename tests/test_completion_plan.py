@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from memosight_lsp.completion import request as request_module
+from memosight_lsp.pipeline import request as request_module
 
 from memosight_lsp.engines import EngineInfo, EngineResult, GenerateRequest
 from memosight_lsp.inference.loading import load_model

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from memosight_lsp.completion import latency
+from memosight_lsp.pipeline import latency
 
 from memosight_lsp.pipeline.latency import LatencyBudget, PrefillRate, latency_budget
 

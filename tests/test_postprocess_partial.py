@@ -5,7 +5,7 @@ suggestion (the type-through cache replaces one with the other while the user lo
 from __future__ import annotations
 
 import pytest
-from memosight_lsp.completion import postprocess
+from memosight_lsp.pipeline import postprocess
 
 from memosight_lsp.pipeline.policy import describe_cursor
 
