@@ -3,6 +3,8 @@ the file's own grid (engine/gguf.py mixed_plan)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ from gguf import GGUFReader, dequantize
 from memosight_lsp.engine import gguf as gguf_files
 from memosight_lsp.engine import native_kernels, precision
 from memosight_lsp.engine.fused_trunk import prepare_trunk
+from memosight_lsp.engine.kv_cache import new_cache
 from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.quantize import QuantizedLinear, SplitProduct
 from tests.tiny_gguf import write_tiny_gguf
@@ -97,15 +100,13 @@ def test_each_weight_keeps_its_type_and_4_bit_ones_the_files_values(mixed_gguf):
     ids = torch.tensor([tokenizer.encode(CODE, add_special_tokens=False)])
     with torch.no_grad():
         own = loaded.model(ids).logits[0].float()
-    from memosight_lsp.engine.kv_cache import new_cache
-
     fused = trunk.logits(trunk(ids, new_cache(loaded.model)))
     assert (own - fused).abs().max() < 0.05 * own.abs().max()
 
 
 @NEEDS_NATIVE
 def test_the_kept_form_comes_back_alike_and_int4_still_means_int4(mixed_gguf):
-    path, tokenizer = mixed_gguf
+    path, _ = mixed_gguf
     first = load_model(path, device="cpu", dtype="bfloat16", quantization="gguf")
     again = load_model(path, device="cpu", dtype="bfloat16", quantization="gguf")
     int4 = load_model(path, device="cpu", dtype="bfloat16", quantization="int4")
@@ -129,8 +130,6 @@ def test_auto_measures_the_files_own_mix_under_its_own_key(mixed_gguf, monkeypat
     monkeypatch.setattr(precision, "_measure", measure)
     load_model(path, device="cpu")
     assert asked == ["none", "none", "gguf"]  # float32, bfloat16, the file's mix
-    import json
-
     saved = json.loads((tmp_path / "cache" / "memosight" / "precision.json").read_text())
     (key,) = saved
     assert key.endswith(f"|gguf {gguf_files.mix_rule()}")
