@@ -11,11 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, TokenType, quantize
+from gguf import (
+    GGML_QUANT_SIZES,
+    GGMLQuantizationType,
+    GGUFWriter,
+    LlamaFileType,
+    TokenType,
+    quantize,
+)
 
 from tests.tiny_models import MODEL_CLASSES, tiny_config, tiny_tokenizer
-
-QUANT_TYPES = {"F32": GGMLQuantizationType.F32, "Q8_0": GGMLQuantizationType.Q8_0}
 
 
 def _permute(weight: np.ndarray, heads: int) -> np.ndarray:
@@ -49,11 +54,41 @@ def _tokenizer_fields(writer: GGUFWriter, tokenizer) -> None:
     writer.add_add_bos_token(False)
 
 
-def write_tiny_gguf(path: Path, arch: str = "llama", quant: str = "F32", seed: int = 0):
-    """Write a tiny `arch` model (llama or qwen2) as GGUF; returns the HF model it holds."""
+def random_k_blocks(rows: int, columns: int, qtype: GGMLQuantizationType, seed: int) -> np.ndarray:
+    """A Q4_K or Q6_K tensor's bytes [rows, row bytes] (gguf-py cannot quantize to these):
+    random values, scales and minimums, the float16 super-block scales small and finite."""
+    block, size = GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, size=(rows * columns // block, size), dtype=np.uint8)
+    scale = rng.uniform(1e-4, 2e-3, size=(data.shape[0], 1)).astype(np.float16).view(np.uint8)
+    if qtype == GGMLQuantizationType.Q4_K:  # d and dmin first
+        data[:, 0:2] = scale
+        data[:, 2:4] = scale[::-1]
+    elif qtype == GGMLQuantizationType.Q6_K:  # d last
+        data[:, -2:] = scale
+    else:
+        raise ValueError(qtype)
+    return data.reshape(rows, -1)
+
+
+def write_tiny_gguf(
+    path: Path,
+    arch: str = "llama",
+    quant: str = "F32",
+    seed: int = 0,
+    *,
+    shape: dict | None = None,
+    types: dict[str, str] | None = None,
+):
+    """Write a tiny `arch` model (llama or qwen2) as GGUF; returns the HF model it holds.
+    `shape`: config values over the tiny ones; `types`: quantization types of some matrices by
+    their GGUF role ("ffn_down": "Q4_K"), the rest `quant` (Q4_K and Q6_K ones hold random
+    blocks, not the model's weights)."""
     torch.manual_seed(seed)
     tokenizer = tiny_tokenizer()
     config = tiny_config(arch, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+    for key, value in (shape or {}).items():
+        setattr(config, key, value)
     model = MODEL_CLASSES[arch](config).eval()
     writer = GGUFWriter(str(path), arch)
     writer.add_name(f"tiny-{arch}")
@@ -70,11 +105,15 @@ def write_tiny_gguf(path: Path, arch: str = "llama", quant: str = "F32", seed: i
     writer.add_file_type(LlamaFileType.ALL_F32 if quant == "F32" else LlamaFileType.MOSTLY_Q8_0)
     _tokenizer_fields(writer, tokenizer)
 
-    qtype = QUANT_TYPES[quant]
-
     def add(name: str, tensor: torch.Tensor, *, matrix: bool = True) -> None:
         values = tensor.detach().float().numpy()
-        if matrix and qtype != GGMLQuantizationType.F32:
+        role = name.split(".")[-2]
+        qtype = GGMLQuantizationType[(types or {}).get(role, quant) if matrix else "F32"]
+        if qtype in (GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K):
+            rows, columns = values.shape
+            seed_of = sum(map(ord, name))
+            writer.add_tensor(name, random_k_blocks(rows, columns, qtype, seed_of), raw_dtype=qtype)
+        elif qtype != GGMLQuantizationType.F32:
             writer.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
         else:
             writer.add_tensor(name, values)

@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="memosight bench model", description=__doc__)
     parser.add_argument("--model", help="model folder or .gguf file (default: the embedded model)")
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16")
-    parser.add_argument("--quantization", default="auto", help="auto, none, int8, int4")
+    parser.add_argument("--quantization", default="auto", help="auto, none, int8, int4, gguf")
     parser.add_argument(
         "--speculative", action="store_true", help="also decode speculatively and compare"
     )

@@ -657,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--model", help="model folder or .gguf file (default: the embedded model)")
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16")
-    parser.add_argument("--quantization", default="auto", help="auto, none, int8, int4")
+    parser.add_argument("--quantization", default="auto", help="auto, none, int8, int4, gguf")
     parser.add_argument("--cases", type=int, default=100, help="cases per kind (and language)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="crossFile,random")
     parser.add_argument("--strategies", default="file,default", help="comma-separated")

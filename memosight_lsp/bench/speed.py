@@ -539,7 +539,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="auto (default: what the server runs), float32 (with --quantization none: the "
         "lossless reference), bfloat16",
     )
-    parser.add_argument("--quantization", default="auto", help="auto (default), none, int8, int4")
+    parser.add_argument(
+        "--quantization", default="auto", help="auto (default), none, int8, int4, gguf"
+    )
     parser.add_argument("--no-hf", action="store_true", help="leave out transformers generate")
     parser.add_argument(
         "--llama-server", metavar="URL", help="also run the prompts on this llama.cpp server"

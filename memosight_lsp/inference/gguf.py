@@ -28,8 +28,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from .quantize import Int4Grid, Kind, MixedPlan
+
 log = logging.getLogger(__name__)
 
+# Quantization "gguf" (what `auto` measures for a GGUF file, engine/precision.py): a weight the
+# file stores with more bits a weight than INT8_ABOVE_BITS (Q5_*, Q6_K, Q8_0, F16, ...) runs as
+# int8, the others as int4; those of GRID_TYPES keep the file's own 4-bit grid (a scale and a
+# minimum per 32 inputs, what the "vnni" int4 layout holds), so their values are the file's.
+INT8_ABOVE_BITS = 4.5
+GRID_TYPES = ("Q4_0", "Q4_1", "Q4_K")
+MIX_FORMAT = 1  # bump when the rule changes: cache keys (precision, quantized_cache) carry it
 SOURCE_FILE = "gguf.json"  # in a converted folder: the file it came from, its quantization
 SHARD_BYTES = 1 << 30  # safetensors shards of at most ~1 GiB keep conversion memory bounded
 HASH_CHUNK = 8 << 20
@@ -122,6 +131,121 @@ def summary_of(folder: Path) -> GgufSummary | None:
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
+
+
+def mix_rule() -> str:
+    """The "gguf" mix's rule in a few characters, for cache keys."""
+    return f"mix{MIX_FORMAT}>{INT8_ABOVE_BITS:g}"
+
+
+def kind_of_type(type_name: str) -> Kind:
+    """int8 or int4 for a tensor of this GGUF quantization type (see INT8_ABOVE_BITS)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    if type_name in GRID_TYPES:
+        return "int4"
+    try:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    except KeyError:
+        return "int8"
+    return "int8" if size * 8 / block > INT8_ABOVE_BITS else "int4"
+
+
+def mixed_plan(folder: Path) -> MixedPlan:
+    """Quantization "gguf" for a converted folder: each weight's kind from its tensor type in
+    the GGUF file it came from, and the file's own grid for the 4-bit ones (read from the file
+    when asked for)."""
+    from gguf import GGUFReader
+    from transformers import AutoConfig
+
+    origin = summary_of(folder)
+    if origin is None:
+        raise GgufError(f"{folder} was not converted from a GGUF file")
+    source = Path(origin.file)
+    try:
+        if file_digest(source) != origin.sha256:
+            raise GgufError(f"{source} changed since it was converted; load it again")
+        reader = GGUFReader(source)
+    except (OSError, ValueError) as err:
+        raise GgufError(f"cannot read {source}: {_one_line(err)}") from err
+    config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    _, processor, names = _name_map(reader, config)
+    tensors = {names[t.name]: t for t in reader.tensors if t.name in names}
+    kinds = {name: kind_of_type(t.tensor_type.name) for name, t in tensors.items()}
+
+    def grid(name: str) -> Int4Grid | None:
+        tensor = tensors.get(name)
+        if tensor is None or tensor.tensor_type.name not in GRID_TYPES:
+            return None
+        return _file_grid(tensor, processor, names)
+
+    return MixedPlan(kinds=kinds, grid=grid)
+
+
+def _file_grid(tensor: Any, processor: Any, names: dict[str, str]) -> Int4Grid | None:
+    """A Q4_0 / Q4_1 / Q4_K tensor's own values, scales and minimums, laid out as the model's
+    parameter (the architecture's processor reorders rows for some); None when they do not give
+    back exactly the values the conversion wrote (before its bfloat16 rounding)."""
+    from gguf import dequantize
+
+    values, scales, minimums = _grid_blocks(tensor.data, tensor.tensor_type.name)
+    rows = int(tensor.shape[-1]) if len(tensor.shape) > 1 else 1
+    out: list[np.ndarray] = []
+    for array in (values.astype(np.float32), scales, minimums):
+        array = array.reshape(rows, -1)
+        processed = processor.process(
+            weights=array, name=tensor.name, tensor_key_mapping=names, parsed_parameters={}
+        )
+        out.append(np.ascontiguousarray(processed.weights, dtype=np.float32))
+    expected = processor.process(
+        weights=dequantize(tensor.data, tensor.tensor_type),
+        name=tensor.name,
+        tensor_key_mapping=names,
+        parsed_parameters={},
+    ).weights
+    result = Int4Grid(
+        values=torch.from_numpy(out[0]).to(torch.int32),
+        scales=torch.from_numpy(out[1]),
+        minimums=torch.from_numpy(out[2]),
+    )
+    exact = np.asarray(expected, dtype=np.float32).reshape(result.values.shape)
+    if not torch.equal(result.dequantized(), torch.from_numpy(np.ascontiguousarray(exact))):
+        log.info("the grid of %s does not give back its values: fitted instead", tensor.name)
+        return None
+    return result
+
+
+def _grid_blocks(data: np.ndarray, type_name: str) -> tuple[np.ndarray, ...]:
+    """Values 0..15 [blocks, per block], and a scale and a minimum per 32 values, of a 4-bit
+    type's blocks (w = value * scale + minimum, as gguf's dequantize computes them)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import Q4_K
+
+    _, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    blocks = np.asarray(data).reshape(-1, size)
+    n = blocks.shape[0]
+
+    def nibbles(packed: np.ndarray, width: int) -> np.ndarray:
+        # Each run of `width` bytes holds `width` values in its low nibbles, then as many in
+        # its high ones.
+        runs = packed.reshape(n, -1, width)
+        return np.stack((runs & 0x0F, runs >> 4), axis=2).reshape(n, -1)
+
+    def half(part: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(part).view(np.float16).astype(np.float32)  # [n, 1]
+
+    if type_name == "Q4_K":
+        d, dmin = half(blocks[:, 0:2]), half(blocks[:, 2:4])
+        sc, m = Q4_K.get_scale_min(blocks[:, 4:16])
+        scales = d * sc.astype(np.float32)  # [n, 8]
+        minimums = -(dmin * m.astype(np.float32))
+        return nibbles(blocks[:, 16:], 32), scales, minimums
+    d = half(blocks[:, 0:2])
+    if type_name == "Q4_0":  # w = d * (q - 8)
+        return nibbles(blocks[:, 2:], 16), d, d * -8
+    if type_name == "Q4_1":  # w = d * q + m
+        return nibbles(blocks[:, 4:], 16), d, half(blocks[:, 2:4])
+    raise ValueError(f"{type_name} has no 4-bit grid")
 
 
 # -- conversion ------------------------------------------------------------------------------
@@ -223,18 +347,8 @@ def _write_weights(reader: Any, config: Any, dtype: torch.dtype, work: Path, pro
     """Dequantize tensor by tensor into safetensors shards of at most SHARD_BYTES."""
     from gguf import dequantize
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM
-    from transformers.modeling_gguf_pytorch_utils import (
-        TENSOR_PROCESSORS,
-        TensorProcessor,
-        get_gguf_hf_weights_map,
-    )
 
-    with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(config)
-    architecture = _field(reader, "general.architecture") or config.model_type
-    processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config.to_dict())
-    names = get_gguf_hf_weights_map(skeleton, processor)
+    skeleton, processor, names = _name_map(reader, config)
     expected = set(skeleton.state_dict())
     shard: dict[str, torch.Tensor] = {}
     shard_bytes = 0
@@ -280,6 +394,23 @@ def _write_weights(reader: Any, config: Any, dtype: torch.dtype, work: Path, pro
     _write_json_atomic(
         work / "model.safetensors.index.json", {"metadata": {}, "weight_map": weight_map}
     )
+
+
+def _name_map(reader: Any, config: Any) -> tuple[Any, Any, dict[str, str]]:
+    """The architecture's skeleton (meta tensors), transformers' tensor processor for it and
+    the map from the file's tensor names to the model's parameter names."""
+    from transformers import AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import (
+        TENSOR_PROCESSORS,
+        TensorProcessor,
+        get_gguf_hf_weights_map,
+    )
+
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)
+    architecture = _field(reader, "general.architecture") or config.model_type
+    processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config.to_dict())
+    return skeleton, processor, get_gguf_hf_weights_map(skeleton, processor)
 
 
 def _tied(model: Any, config: Any) -> set[str]:

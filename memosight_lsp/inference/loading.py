@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from . import fast_tokenizer, gguf, native_kernels, precision, quantized_cache
 from .errors import ModelLoadError
 from .fim import FimFormat, resolve_fim_format
 from .fused_trunk import prepare_trunk
-from .quantize import quantize_model
+from .quantize import MixedPlan, quantize_model
 
 log = logging.getLogger(__name__)
 
@@ -208,12 +210,27 @@ def load_model(
     except (ValueError, KeyError) as err:
         raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
     tokenizer = load_tokenizer(folder)
+    origin = gguf.summary_of(folder)
+
+    @functools.cache
+    def plan() -> MixedPlan:
+        # Quantization "gguf": read from the file once, whichever loads below ask for it.
+        try:
+            return gguf.mixed_plan(folder)
+        except gguf.GgufError as err:
+            raise ModelLoadError(f"cannot quantize {folder} as gguf: {err}") from err
 
     def load(candidate: precision.Precision) -> Any | None:
         try:
             # Measured candidates are not kept on disk: only the chosen one is.
             return _load_weights(
-                folder, config, candidate, torch_device, keep=False, allow_pickle=allow_pickle
+                folder,
+                config,
+                candidate,
+                torch_device,
+                keep=False,
+                allow_pickle=allow_pickle,
+                plan=plan,
             )
         except ModelLoadError as err:
             if candidate.quantization == "none":
@@ -225,17 +242,19 @@ def load_model(
         # Adopts kernels built since the last load, or starts building them in the background:
         # this load and its model run on torch's kernels meanwhile (inference/native_kernels.py).
         native_kernels.refresh(progress)
+    # A GGUF file's own mix of int8 and int4 is `auto`'s quantized candidate, where the file
+    # is still there to read its types and grids from.
+    mix = gguf.mix_rule() if origin and Path(origin.file).is_file() else None
     chosen = asked or precision.choose(
-        folder, load, tokenizer, progress=progress, remeasure=remeasure
+        folder, load, tokenizer, progress=progress, remeasure=remeasure, mix=mix
     )
     model, num_parameters = _load_weights(
-        folder, config, chosen, torch_device, count=True, allow_pickle=allow_pickle
+        folder, config, chosen, torch_device, count=True, allow_pickle=allow_pickle, plan=plan
     )
     try:
         fim = resolve_fim_format(tokenizer.get_vocab(), fim_format)
     except ValueError as err:
         raise ModelLoadError(str(err)) from err
-    origin = gguf.summary_of(folder)
     half = _may_run_native_kernels(chosen, folder, torch_device)
     kernels_used = native_kernels.describe() if half else "torch's"
     runs_native = half and native_kernels.kernels() is not None
@@ -269,8 +288,10 @@ def _from_folder(
     chosen: precision.Precision,
     device: torch.device,
     allow_pickle: bool,
+    plan: Callable[[], MixedPlan] | None = None,
 ) -> tuple[Any, int]:
-    """The model from its folder's weights, quantized as chosen; and its parameter count."""
+    """The model from its folder's weights, quantized as chosen (`plan()`: quantization
+    "gguf"'s kinds); and its parameter count."""
     # True: refuse *.bin even where transformers would fall back to it; None: its own choice.
     safetensors_only = None if allow_pickle else True
     options: dict[str, Any] = dict(
@@ -298,7 +319,8 @@ def _from_folder(
         raise ModelLoadError(f"out of memory moving the model to {device}") from err
     model.eval()
     try:
-        quantize_model(model, chosen.quantization)
+        mixed = plan() if chosen.quantization == "gguf" and plan is not None else None
+        quantize_model(model, chosen.quantization, plan=mixed)
     except ValueError as err:
         raise ModelLoadError(f"cannot quantize {folder} as {chosen.quantization}: {err}") from err
     return model, num_parameters
@@ -313,6 +335,7 @@ def _load_weights(
     count: bool = False,
     keep: bool = True,
     allow_pickle: bool = False,
+    plan: Callable[[], MixedPlan] | None = None,
 ) -> Any:
     """The model in eval mode on `device` in the chosen precision, its trunk built (with
     `count`: also the number of parameters it had before quantization). A quantized model is
@@ -320,13 +343,16 @@ def _load_weights(
     `keep`, kept."""
     kept = None
     if chosen.quantization != "none":
-        kept_file = quantized_cache.cache_file(folder, chosen.quantization, chosen.dtype)
+        # "gguf" forms are kept per rule: another rule makes another form.
+        kind = chosen.quantization
+        kind = f"gguf {gguf.mix_rule()}" if kind == "gguf" else kind
+        kept_file = quantized_cache.cache_file(folder, kind, chosen.dtype)
         kept = quantized_cache.load(kept_file, copy.deepcopy(config), chosen.dtype)
     if kept is not None:
         model, num_parameters = kept
         model.to(device)  # type: ignore[arg-type]
     else:
-        model, num_parameters = _from_folder(folder, config, chosen, device, allow_pickle)
+        model, num_parameters = _from_folder(folder, config, chosen, device, allow_pickle, plan)
         if keep and chosen.quantization != "none":
             quantized_cache.save(model, kept_file, num_parameters)
     # The decoders' trunk re-lays the weights out once (fused_trunk): part of loading, not of

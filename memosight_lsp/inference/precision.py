@@ -47,7 +47,7 @@ from .quantize import Quantization, QuantizedEmbedding, QuantizedLinear, native_
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-QUANTIZATIONS = ("none", "int8", "int4")
+QUANTIZATIONS = ("none", "int8", "int4", "gguf")
 AGREEMENT_FLOOR = 0.95  # share of next-token argmaxes equal to float32's on the probe text
 NEAR_TIE = 1.1  # a lower precision must be at least this much faster to be chosen
 PROBE_TOKENS = 256  # prompt positions under the timed passes
@@ -91,6 +91,8 @@ class Precision:
 
     def describe(self) -> str:
         name = str(self.dtype).removeprefix("torch.")
+        if self.quantization == "gguf":
+            return f"int8 / int4 weights as the GGUF file's types, {name}"
         return name if self.quantization == "none" else f"{self.quantization} weights, {name}"
 
 
@@ -129,12 +131,14 @@ def native_bf16() -> bool:
 
 def explicit(dtype: str, quantization: str, device: torch.device) -> Precision | None:
     """The precision the settings ask for, or None when `auto` is left to measure on a CPU."""
-    if quantization not in ("auto", "none", "int8", "int4"):
-        raise ValueError(f"unknown quantization {quantization!r}; use auto, none, int8 or int4")
+    if quantization not in ("auto", *QUANTIZATIONS):
+        raise ValueError(
+            f"unknown quantization {quantization!r}; use auto, none, int8, int4 or gguf"
+        )
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
     if device.type == "cuda":
-        if quantization in ("int8", "int4"):
+        if quantization in ("int8", "int4", "gguf"):
             raise ValueError(f"quantization {quantization!r} runs on the CPU only; use none")
         if dtype == "auto":
             bf16 = torch.cuda.is_bf16_supported()
@@ -144,7 +148,7 @@ def explicit(dtype: str, quantization: str, device: torch.device) -> Precision |
                 reason="auto on CUDA",
             )
         return Precision(dtype=DTYPES[dtype], quantization="none", reason="asked for")
-    if quantization in ("int8", "int4"):
+    if quantization in ("int8", "int4", "gguf"):
         # The kernels take bfloat16 activations; without native bf16 float32 is the fallback.
         fallback = torch.bfloat16 if native_bf16() else torch.float32
         chosen = DTYPES[dtype] if dtype != "auto" else fallback
@@ -166,12 +170,16 @@ def choose(
     small_model_bytes: int | None = None,
     remeasure: bool = False,
     limits: Limits | None = None,
+    mix: str | None = None,
 ) -> Precision:
     """The fastest candidate whose quality holds for this model on this CPU: cached, or
     measured now (`remeasure`: measured again whatever is cached) and cached; a provisional
     cached one is measured again (see the module docstring). `load(precision)` returns the
     model in that precision, or None when the model cannot take it (int4 on products its groups
-    do not divide)."""
+    do not divide). `mix`: the model came from a GGUF file, whose own mix of int8 and int4
+    ("gguf", this rule: engine/gguf.py mix_rule) is the quantized candidate instead of int8 and
+    int4 for all: quantizing the file's weights a second time costs quality the one-token
+    agreement does not see (docs/context.md, run 9)."""
     small = SMALL_MODEL_BYTES if small_model_bytes is None else small_model_bytes
     if weight_bytes(folder) < small:
         return Precision(
@@ -180,7 +188,7 @@ def choose(
             reason="a small model: per-operator overhead dominates, float32 is as fast",
         )
     limits = limits or Limits()
-    key = _cache_key(folder)
+    key = _cache_key(folder) + (f"|gguf {mix}" if mix else "")
     cached = None if remeasure else _valid_entry(_read_cache().get(key))
     if cached is not None and not cached["record"].get("provisional"):
         return _from_entry(cached, "measured on this machine")
@@ -191,7 +199,7 @@ def choose(
     )
     load_before = machine.load_average()
     others = machine.OtherLoad()
-    measured = _measure(load, tokenizer)
+    measured = _measure(load, tokenizer, _candidates(gguf_mix=mix is not None))
     other_cores = others.cores()
     attempts = 1
     if cached is not None:  # keep the fastest of every attempt: busy only slows passes down
@@ -253,11 +261,13 @@ def describe_measurement(record: dict[str, Any] | None) -> str | None:
     return text
 
 
-def _measure(load: Callable[[Precision], Any | None], tokenizer: Any) -> list[Measurement]:
+def _measure(
+    load: Callable[[Precision], Any | None], tokenizer: Any, candidates: list[Precision]
+) -> list[Measurement]:
     ids = _probe_ids(tokenizer)
     measured: list[Measurement] = []
     reference: torch.Tensor | None = None
-    for candidate in _candidates():
+    for candidate in candidates:
         model = load(candidate)
         if model is None:
             continue
@@ -354,16 +364,17 @@ def _from_entry(entry: dict[str, Any], reason: str) -> Precision:
 
 
 def _quantization(name: str) -> Quantization:
-    return "int8" if name == "int8" else "int4" if name == "int4" else "none"
+    known: dict[str, Quantization] = {"int8": "int8", "int4": "int4", "gguf": "gguf"}
+    return known.get(name, "none")
 
 
-def _candidates() -> list[Precision]:
+def _candidates(*, gguf_mix: bool = False) -> list[Precision]:
     reason = "candidate"
+    quantized: list[Quantization] = ["gguf"] if gguf_mix else ["int8", "int4"]
     return [
         Precision(dtype=torch.float32, quantization="none", reason=reason),  # the reference
         Precision(dtype=torch.bfloat16, quantization="none", reason=reason),
-        Precision(dtype=torch.bfloat16, quantization="int8", reason=reason),
-        Precision(dtype=torch.bfloat16, quantization="int4", reason=reason),
+        *(Precision(dtype=torch.bfloat16, quantization=q, reason=reason) for q in quantized),
     ]
 
 

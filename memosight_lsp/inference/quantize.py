@@ -25,7 +25,7 @@ its LM head, whose int8 weight it then shares. Norms stay dense.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -35,7 +35,9 @@ from torch import nn
 
 from . import native_kernels, vnni_layout
 
-Quantization = Literal["none", "int8", "int4"]
+# "gguf": each weight int8 or int4 as its GGUF file stored it (engine/gguf.py, mixed_plan)
+Quantization = Literal["none", "int8", "int4", "gguf"]
+Kind = Literal["int8", "int4"]
 Layout = Literal["aten", "vnni"]
 INT4_GROUP = 128  # input channels per int4 scale/zero (what torchao uses on CPU by default)
 INT4_INNER_K_TILES = 2  # the CPU packing's tile size (in_features must divide by 16 * this)
@@ -54,6 +56,33 @@ def layout_for(out_features: int, in_features: int) -> Layout:
     """The layout a weight of this shape gets here."""
     fits = vnni_layout.fits(out_features, in_features)
     return native_layout() if fits else "aten"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Int4Grid:
+    """A 4-bit weight as a file stores it: w = values * scales + minimums per group of
+    vnni_layout.ACT_GROUP inputs (what the "vnni" int4 layout holds, so it is taken as is)."""
+
+    values: torch.Tensor  # [out, in] integers 0..15
+    scales: torch.Tensor  # float32 [out, in / ACT_GROUP]
+    minimums: torch.Tensor  # float32 [out, in / ACT_GROUP]
+
+    def dequantized(self) -> torch.Tensor:
+        """The float32 [out, in] weight."""
+        out_features, in_features = self.values.shape
+        groups = self.values.float().reshape(out_features, self.scales.shape[1], -1)
+        weight = groups * self.scales[..., None] + self.minimums[..., None]
+        return weight.reshape(out_features, in_features)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixedPlan:
+    """Quantization "gguf": the kind of each weight (by parameter name, e.g.
+    "model.layers.0.mlp.down_proj.weight"), and for int4 ones the file's own grid where it
+    has one (`grid(name)`, None: fitted here as for "int4")."""
+
+    kinds: dict[str, Kind]
+    grid: Callable[[str], Int4Grid | None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,16 +172,33 @@ class QuantizedWeight:
 
 def quantize_weight(
     weight: torch.Tensor,
-    kind: Literal["int8", "int4"],
+    kind: Kind,
     dtype: torch.dtype,
     layout: Layout | None = None,
+    grid: Int4Grid | None = None,
 ):
     """Quantize a dense [out, in] weight; scales in the activations' `dtype` ("vnni": float32).
-    `layout`: default layout_for(its shape). Works through CHUNK_ROWS output channels at a
-    time: the float32 temporaries of a whole LM head would be ~2 GB for a 150k vocabulary."""
+    `layout`: default layout_for(its shape). `grid`: an int4 weight's values as its file holds
+    them, taken as they are where the layout's groups are the grid's ("vnni"); elsewhere the
+    groups are fitted to `weight`. Works through CHUNK_ROWS output channels at a time: the
+    float32 temporaries of a whole LM head would be ~2 GB for a 150k vocabulary."""
     out_features, in_features = weight.shape
     native_dtype = dtype in (torch.bfloat16, torch.float32)  # what the native kernels take
     layout = layout or (layout_for(out_features, in_features) if native_dtype else "aten")
+    if kind == "int4" and layout == "vnni" and grid is not None:
+        groups = in_features // vnni_layout.ACT_GROUP
+        if grid.values.shape != weight.shape or grid.scales.shape != (out_features, groups):
+            raise ValueError(
+                f"an int4 grid of {tuple(grid.values.shape)} for {tuple(weight.shape)}"
+            )
+        return QuantizedWeight(
+            kind="int4",
+            layout="vnni",
+            data=vnni_layout.pack_int4(grid.values),
+            scales=vnni_layout.pack_group_pairs(grid.scales, grid.minimums),
+            out_features=out_features,
+            in_features=in_features,
+        )
     group = vnni_layout.ACT_GROUP if layout == "vnni" else INT4_GROUP
     int8 = torch.empty(out_features, in_features, dtype=torch.int8)
     int8_scales = torch.empty(out_features)
@@ -325,9 +371,27 @@ class QuantizedProduct:
         return out.view(*x.shape[:-1], self.weight.out_features)
 
 
+class SplitProduct(QuantizedProduct):
+    """Products over the same input whose weights differ in kind (a GGUF file's q/k/v), run
+    one after the other: their outputs side by side, as one fused product's."""
+
+    def __init__(self, weights: list[QuantizedWeight], bias: torch.Tensor | None) -> None:
+        super().__init__(weights[0], bias)
+        self.parts = weights
+        self.out_features = sum(w.out_features for w in weights)
+
+    def __call__(self, x: torch.Tensor, kernel: int = 0) -> torch.Tensor:
+        flat = x.reshape(-1, self.weight.in_features)  # [R, in]
+        out = torch.cat([w.matmul(flat) for w in self.parts], dim=-1)  # [R, out]
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+
 def fuse_quantized(linears: list[QuantizedLinear]) -> QuantizedProduct:
     """One product for quantized linears over the same input (q/k/v). int8 modules become views
-    of the fused weight's rows; int4 ones keep their own (its packing tiles rows)."""
+    of the fused weight's rows; int4 ones keep their own (its packing tiles rows). Weights of
+    different kinds or layouts are not fused (SplitProduct)."""
     biases = [m.bias for m in linears]
     bias = None
     if any(b is not None for b in biases):
@@ -339,6 +403,8 @@ def fuse_quantized(linears: list[QuantizedLinear]) -> QuantizedProduct:
         )
     if len(linears) == 1:
         return QuantizedProduct(linears[0].quantized, bias)
+    if len({(m.quantized.kind, m.quantized.layout) for m in linears}) > 1:
+        return SplitProduct([m.quantized for m in linears], bias)
     fused = concat([m.quantized for m in linears])
     if fused.kind == "int8":
         start = 0
@@ -366,7 +432,7 @@ def _quantize_embedding(model: Any, dtype: torch.dtype, tied: bool) -> int:
     return dense - (0 if shared else weight.nbytes())
 
 
-def unsupported_reason(kind: Quantization, linear: nn.Linear) -> str | None:
+def unsupported_reason(kind: Kind, linear: nn.Linear) -> str | None:
     """Why this linear cannot be quantized this way, if it cannot."""
     if kind != "int4":
         return None
@@ -392,21 +458,32 @@ def quantizable_linears(model: Any) -> Iterator[tuple[nn.Module, str, nn.Linear]
                     yield parent, name, child
 
 
-def quantize_model(model: Any, kind: Quantization, layout: Layout | None = None) -> int:
+def quantize_model(
+    model: Any, kind: Quantization, layout: Layout | None = None, plan: MixedPlan | None = None
+) -> int:
     """Swap the linears for QuantizedLinear (`kind`) and a plain embedding table for a
     QuantizedEmbedding, in place; returns bytes of weights freed. A tied model's table becomes
     a view of its quantized LM head. `layout`: the decoder linears' (default: the fastest here
-    that all of them fit); the head takes the fastest it fits, or "aten" with layout "aten"."""
+    that all of them fit); the head takes the fastest it fits, or "aten" with layout "aten".
+    `kind` "gguf" takes each weight's kind (and int4 grid) from `plan`."""
     if kind == "none":
         return 0
+    if kind == "gguf" and plan is None:
+        raise ValueError("quantization gguf needs the kinds of a GGUF file's weights")
     dtype = model.get_input_embeddings().weight.dtype
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is model.get_input_embeddings().weight
+    names = {id(module): f"{name}.weight" for name, module in model.named_modules()}
 
-    def kind_of(linear: nn.Linear) -> Literal["int8", "int4"]:
+    def kind_of(linear: nn.Linear) -> Kind:
         # The LM head decides every token: int8 even under int4 (llama.cpp's mixes keep it
         # at 6-8 bits too).
-        return "int8" if linear is head else kind
+        if linear is head:
+            return "int8"
+        if plan is None:
+            return "int8" if kind == "int8" else "int4"
+        wanted = plan.kinds.get(names[id(linear)], "int8")
+        return "int8" if unsupported_reason(wanted, linear) else wanted
 
     linears = [linear for _, _, linear in quantizable_linears(model)]
     trunk = [linear for linear in linears if linear is not head]
@@ -427,8 +504,9 @@ def quantize_model(model: Any, kind: Quantization, layout: Layout | None = None)
         linear_kind = kind_of(linear)
         head_layout: Layout | None = "aten" if layout == "aten" else None
         own_layout = trunk_layout if linear is not head else head_layout
+        grid = plan.grid(names[id(linear)]) if plan and linear_kind == "int4" else None
         with torch.no_grad():
-            weight = quantize_weight(linear.weight, linear_kind, dtype, own_layout)
+            weight = quantize_weight(linear.weight, linear_kind, dtype, own_layout, grid)
         bias = linear.bias.detach() if linear.bias is not None else None
         fingerprint = weight_fingerprint(linear.weight)
         setattr(parent, name, QuantizedLinear(weight, bias, fingerprint))
