@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from memosight_lsp.pipeline import request as request_module
 
 from memosight_lsp.engines import EngineInfo, EngineResult, GenerateRequest
 from memosight_lsp.inference.loading import load_model
+from memosight_lsp.pipeline import request as request_module
 from memosight_lsp.pipeline.engine_backend import EngineBackend
 from memosight_lsp.pipeline.local_backend import LocalBackend
 from memosight_lsp.pipeline.policy import describe_cursor

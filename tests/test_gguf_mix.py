@@ -1,5 +1,5 @@
 """Quantization "gguf": each weight int8 or int4 as its GGUF file stored it, the 4-bit ones on
-the file's own grid (engine/gguf.py mixed_plan)."""
+the file's own grid (inference/gguf.py mixed_plan)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 import torch
 from gguf import GGUFReader, dequantize
 
-from memosight_lsp.engine import gguf as gguf_files
-from memosight_lsp.engine import native_kernels, precision
-from memosight_lsp.engine.fused_trunk import prepare_trunk
-from memosight_lsp.engine.kv_cache import new_cache
-from memosight_lsp.engine.loading import load_model
-from memosight_lsp.engine.quantize import QuantizedLinear, SplitProduct
+from memosight_lsp.inference import gguf as gguf_files
+from memosight_lsp.inference import native_kernels, precision
+from memosight_lsp.inference.fused_trunk import prepare_trunk
+from memosight_lsp.inference.kv_cache import new_cache
+from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.quantize import QuantizedLinear, SplitProduct
 from tests.tiny_gguf import write_tiny_gguf
 
 CODE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x):\n"

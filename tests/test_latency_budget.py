@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from memosight_lsp.pipeline import latency
 
+from memosight_lsp.pipeline import latency
 from memosight_lsp.pipeline.latency import LatencyBudget, PrefillRate, latency_budget
 
 BUDGET = 1024

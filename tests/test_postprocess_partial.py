@@ -5,8 +5,8 @@ suggestion (the type-through cache replaces one with the other while the user lo
 from __future__ import annotations
 
 import pytest
-from memosight_lsp.pipeline import postprocess
 
+from memosight_lsp.pipeline import postprocess
 from memosight_lsp.pipeline.policy import describe_cursor
 
 LINE = describe_cursor("    total = ", "\n", language="python")

@@ -32,7 +32,7 @@ from .quantize import Int4Grid, Kind, MixedPlan
 
 log = logging.getLogger(__name__)
 
-# Quantization "gguf" (what `auto` measures for a GGUF file, engine/precision.py): a weight the
+# Quantization "gguf" (what `auto` measures for a GGUF file, inference/precision.py): a weight the
 # file stores with more bits a weight than INT8_ABOVE_BITS (Q5_*, Q6_K, Q8_0, F16, ...) runs as
 # int8, the others as int4; those of GRID_TYPES keep the file's own 4-bit grid (a scale and a
 # minimum per 32 inputs, what the "vnni" int4 layout holds), so their values are the file's.

@@ -344,7 +344,7 @@ def _load_weights(
     kept = None
     if chosen.quantization != "none":
         # "gguf" forms are kept per rule: another rule makes another form.
-        kind = chosen.quantization
+        kind: str = chosen.quantization
         kind = f"gguf {gguf.mix_rule()}" if kind == "gguf" else kind
         kept_file = quantized_cache.cache_file(folder, kind, chosen.dtype)
         kept = quantized_cache.load(kept_file, copy.deepcopy(config), chosen.dtype)

@@ -177,7 +177,7 @@ def choose(
     cached one is measured again (see the module docstring). `load(precision)` returns the
     model in that precision, or None when the model cannot take it (int4 on products its groups
     do not divide). `mix`: the model came from a GGUF file, whose own mix of int8 and int4
-    ("gguf", this rule: engine/gguf.py mix_rule) is the quantized candidate instead of int8 and
+    ("gguf", this rule: inference/gguf.py mix_rule) is the quantized candidate instead of int8 and
     int4 for all: quantizing the file's weights a second time costs quality the one-token
     agreement does not see (docs/context.md, run 9)."""
     small = SMALL_MODEL_BYTES if small_model_bytes is None else small_model_bytes

@@ -35,7 +35,7 @@ from torch import nn
 
 from . import native_kernels, vnni_layout
 
-# "gguf": each weight int8 or int4 as its GGUF file stored it (engine/gguf.py, mixed_plan)
+# "gguf": each weight int8 or int4 as its GGUF file stored it (inference/gguf.py, mixed_plan)
 Quantization = Literal["none", "int8", "int4", "gguf"]
 Kind = Literal["int8", "int4"]
 Layout = Literal["aten", "vnni"]
@@ -186,8 +186,8 @@ def quantize_weight(
     native_dtype = dtype in (torch.bfloat16, torch.float32)  # what the native kernels take
     layout = layout or (layout_for(out_features, in_features) if native_dtype else "aten")
     if kind == "int4" and layout == "vnni" and grid is not None:
-        groups = in_features // vnni_layout.ACT_GROUP
-        if grid.values.shape != weight.shape or grid.scales.shape != (out_features, groups):
+        group_count = in_features // vnni_layout.ACT_GROUP
+        if grid.values.shape != weight.shape or grid.scales.shape != (out_features, group_count):
             raise ValueError(
                 f"an int4 grid of {tuple(grid.values.shape)} for {tuple(weight.shape)}"
             )
