@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import time
@@ -13,10 +14,9 @@ from typing import Any
 # Nothing here may reach a hub (the engine package sets the offline switches; every load below
 # is local_files_only) or run code from a model folder (trust_remote_code is always False).
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from . import fast_tokenizer, gguf, native_kernels, precision, quantized_cache
+from . import fast_tokenizer, gguf, llama_family, native_kernels, precision, quantized_cache
 from .errors import ModelLoadError
 from .fim import FimFormat, resolve_fim_format
 from .fused_trunk import prepare_trunk
@@ -142,6 +142,8 @@ def load_tokenizer(path: str | os.PathLike | None = None) -> Any:
     folder, _ = model_folder(path)
 
     def build() -> Any:
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
 
     try:  # read back in Rust when it was kept and checked (engine/fast_tokenizer.py)
@@ -203,17 +205,19 @@ def load_model(
                 "load only with memosight.model.allowPickle set in your user settings "
                 "(or convert them to safetensors)"
             )
-    try:
-        config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
-    except (ValueError, KeyError) as err:
-        raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
     tokenizer = load_tokenizer(folder)
+    config = functools.cache(lambda: read_config(folder))  # read when a load needs it
 
     def load(candidate: precision.Precision) -> Any | None:
         try:
             # Measured candidates are not kept on disk: only the chosen one is.
             return _load_weights(
-                folder, config, candidate, torch_device, keep=False, allow_pickle=allow_pickle
+                folder,
+                config(),
+                candidate,
+                torch_device,
+                keep=False,
+                allow_pickle=allow_pickle,
             )
         except ModelLoadError as err:
             if candidate.quantization == "none":
@@ -229,7 +233,12 @@ def load_model(
         folder, load, tokenizer, progress=progress, remeasure=remeasure
     )
     model, num_parameters = _load_weights(
-        folder, config, chosen, torch_device, count=True, allow_pickle=allow_pickle
+        folder,
+        _kept_config(folder, chosen) or config(),
+        chosen,
+        torch_device,
+        count=True,
+        allow_pickle=allow_pickle,
     )
     try:
         fim = resolve_fim_format(tokenizer.get_vocab(), fim_format)
@@ -263,6 +272,26 @@ def load_model(
     )
 
 
+def read_config(folder: Path) -> Any:
+    """The model's config, as transformers reads it from the folder."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    except (ValueError, KeyError) as err:
+        raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
+
+
+def _kept_config(folder: Path, chosen: precision.Precision) -> Any | None:
+    """The config kept beside the quantized model this load reads (quantized_cache.kept_config:
+    no import of transformers' model packages), if one is."""
+    if chosen.quantization == "none":
+        return None
+    return quantized_cache.kept_config(
+        quantized_cache.cache_file(folder, chosen.quantization, chosen.dtype)
+    )
+
+
 def _from_folder(
     folder: Path,
     config: Any,
@@ -271,6 +300,9 @@ def _from_folder(
     allow_pickle: bool,
 ) -> tuple[Any, int]:
     """The model from its folder's weights, quantized as chosen; and its parameter count."""
+    from transformers import AutoModelForCausalLM
+
+    config = llama_family.transformers_config(config)
     # True: refuse *.bin even where transformers would fall back to it; None: its own choice.
     safetensors_only = None if allow_pickle else True
     options: dict[str, Any] = dict(
@@ -325,6 +357,7 @@ def _load_weights(
     if kept is not None:
         model, num_parameters = kept
         model.to(device)  # type: ignore[arg-type]
+        quantized_cache.keep_config(kept_file, config)  # the next load reads it back
     else:
         model, num_parameters = _from_folder(folder, config, chosen, device, allow_pickle)
         if keep and chosen.quantization != "none":
