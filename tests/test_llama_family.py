@@ -94,6 +94,13 @@ def test_a_kept_config_of_another_transformers_version_is_not_read(tmp_path):
     kept.write_text(json.dumps({**values, "transformers": "0.0.1"}))
     again = load_model(folder, device="cpu", dtype="bfloat16", quantization="int8")
     assert type(again.model.config).__name__ == "Qwen2Config"
+    assert json.loads(kept.read_text())["transformers"] != "0.0.1"  # kept again by this one
+    assert (
+        type(
+            load_model(folder, device="cpu", dtype="bfloat16", quantization="int8").model.config
+        ).__name__
+        == "PreTrainedConfig"
+    )
 
 
 def test_the_rotary_tables_match_transformers(tmp_path):

@@ -136,14 +136,14 @@ def config_file(path: Path) -> Path:
 
 def keep_config(path: Path, config: Any) -> None:
     """Keep a Llama-family model's config (transformers' own class, as read from its folder)
-    beside its stored file, once (best effort)."""
+    beside its stored file, once per transformers version (best effort)."""
     target = config_file(path)
     if not type(config).model_type or llama_family.unsupported_reason(config) is not None:
         return  # a kept config read back (the generic class), or a model built otherwise
-    if target.exists():
-        return
     from transformers import __version__ as version
 
+    if _kept_version(target) == version:
+        return
     kept = {"transformers": version, "config": config.to_dict()}
     temp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     try:
@@ -152,6 +152,14 @@ def keep_config(path: Path, config: Any) -> None:
     except (OSError, TypeError, ValueError) as err:
         temp.unlink(missing_ok=True)
         log.warning("cannot keep the model's config in %s: %s", target, err)
+
+
+def _kept_version(target: Path) -> str | None:
+    """The transformers version that kept the config at `target` (None: none readable)."""
+    try:
+        return str(json.loads(target.read_text())["transformers"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def kept_config(path: Path) -> Any | None:
