@@ -15,7 +15,7 @@ from transformers import AutoConfig, MistralConfig, Qwen2Config
 from memosight_lsp.inference import llama_family
 from memosight_lsp.inference.decoder import StopRules
 from memosight_lsp.inference.greedy import greedy_generate
-from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.loading import load_model, position_limit
 from tests.test_quantize import wide_model
 from tests.tiny_models import tiny_tokenizer
 
@@ -61,6 +61,48 @@ def test_the_cached_model_decodes_as_transformers_class(tmp_path, arch, tied, ki
     )  # the twin is not a submodule: each weight counted once
 
 
+@pytest.mark.parametrize(("arch", "tied"), [("qwen2", True), ("llama", False)])
+def test_a_kept_config_decodes_as_the_folder_config(tmp_path, arch, tied):
+    """The third load reads the config the second kept beside the quantized model (no import
+    of transformers' model packages): the same tokens and logits, and the twin gets the model
+    type's own config class back."""
+    folder = save_wide(tmp_path / arch, arch, tied)
+    load_model(folder, device="cpu", dtype="bfloat16", quantization="int8")  # quantizes
+    second = load_model(folder, device="cpu", dtype="bfloat16", quantization="int8")
+    third = load_model(folder, device="cpu", dtype="bfloat16", quantization="int8")
+    real = type(second.model.config)
+    assert real.__name__ != "PreTrainedConfig"
+    assert type(third.model.config).__name__ == "PreTrainedConfig"
+    for prompt in PROMPTS:
+        rules = StopRules(max_new_tokens=16)
+        assert greedy_generate(third.model, prompt, rules).tokens == (
+            greedy_generate(second.model, prompt, StopRules(max_new_tokens=16)).tokens
+        )
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.inference_mode():
+        assert torch.equal(third.model(input_ids=ids).logits, second.model(input_ids=ids).logits)
+    assert type(third.model.transformers_model().config) is real
+    assert position_limit(third.model.config) == position_limit(second.model.config)
+
+
+def test_a_kept_config_of_another_transformers_version_is_not_read(tmp_path):
+    folder = save_wide(tmp_path / "qwen2", "qwen2", True)
+    for _ in range(2):  # quantizes, then keeps the config
+        load_model(folder, device="cpu", dtype="bfloat16", quantization="int8")
+    (kept,) = (tmp_path / "cache" / "memosight" / "quantized").glob("*.config.json")
+    values = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**values, "transformers": "0.0.1"}))
+    again = load_model(folder, device="cpu", dtype="bfloat16", quantization="int8")
+    assert type(again.model.config).__name__ == "Qwen2Config"
+    assert json.loads(kept.read_text())["transformers"] != "0.0.1"  # kept again by this one
+    assert (
+        type(
+            load_model(folder, device="cpu", dtype="bfloat16", quantization="int8").model.config
+        ).__name__
+        == "PreTrainedConfig"
+    )
+
+
 def test_the_rotary_tables_match_transformers(tmp_path):
     from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
 
@@ -90,13 +132,14 @@ def test_models_it_cannot_reproduce_keep_transformers_class(config, reason):
 
 def test_loading_a_cached_model_imports_no_modeling_code(tmp_path):
     folder = save_wide(tmp_path / "qwen2", "qwen2")
-    load_model(folder, device="cpu", dtype="bfloat16", quantization="int8")  # fills the cache
+    for _ in range(2):  # fills the cache, then keeps the config beside it
+        load_model(folder, device="cpu", dtype="bfloat16", quantization="int8")
     script = (
         "import json, sys\n"
         "from memosight_lsp.inference.loading import load_model\n"
         f"load_model({str(folder)!r}, device='cpu', dtype='bfloat16', quantization='int8')\n"
-        "heavy = [m for m in sys.modules if m.startswith('transformers.models.') and "
-        "'.modeling_' in m and '.auto.' not in m or m in ('torch._dynamo', 'sympy')]\n"
+        "heavy = [m for m in sys.modules if m.startswith('transformers.models') or "
+        "m in ('torch._dynamo', 'sympy')]\n"
         "print(json.dumps(heavy))\n"
     )
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}

@@ -235,14 +235,28 @@ class LlamaFamilyForCausalLM(nn.Module):
         return twin
 
 
+def transformers_config(config: Any) -> Any:
+    """transformers' own config class of `config`: itself, or for the generic class a kept
+    config is read back as (quantized_cache.kept_config), the model type's class with the same
+    values."""
+    from transformers.configuration_utils import PreTrainedConfig
+
+    if type(config) is not PreTrainedConfig:
+        return config
+    from transformers import AutoConfig
+
+    values = config.to_dict()
+    values.pop("model_type", None)  # the generic class's own (empty) type
+    return AutoConfig.for_model(config.model_type, **values)
+
+
 def _twin_of(model: LlamaFamilyForCausalLM) -> Any:
     from transformers import AutoModelForCausalLM
 
     dtype = model.dtype
+    config = transformers_config(model.config)
     with torch.device("meta"):
-        twin = AutoModelForCausalLM.from_config(
-            model.config, dtype=dtype, attn_implementation="sdpa"
-        )
+        twin = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
     ours = dict(model.named_modules())
     for name, theirs in list(twin.named_modules()):
         mine = ours.get(name)
@@ -251,7 +265,7 @@ def _twin_of(model: LlamaFamilyForCausalLM) -> Any:
         if isinstance(mine, RMSNorm):
             theirs.weight = mine.weight  # the same Parameter: one weight, two modules
         elif isinstance(mine, RotaryEmbedding):
-            _replace(twin, name, type(theirs)(config=model.config))  # its own tables, for real
+            _replace(twin, name, type(theirs)(config=config))  # its own tables, for real
         elif not list(theirs.children()):
             _replace(twin, name, mine)  # linears and embeddings (plain or quantized), activations
     meta = [name for name, t in [*twin.named_parameters(), *twin.named_buffers()] if t.is_meta]

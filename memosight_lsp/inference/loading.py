@@ -15,10 +15,9 @@ from typing import Any
 # Nothing here may reach a hub (the engine package sets the offline switches; every load below
 # is local_files_only) or run code from a model folder (trust_remote_code is always False).
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from . import fast_tokenizer, gguf, native_kernels, precision, quantized_cache
+from . import fast_tokenizer, gguf, llama_family, native_kernels, precision, quantized_cache
 from .errors import ModelLoadError
 from .fim import FimFormat, resolve_fim_format
 from .fused_trunk import prepare_trunk
@@ -144,6 +143,8 @@ def load_tokenizer(path: str | os.PathLike | None = None) -> Any:
     folder, _ = model_folder(path)
 
     def build() -> Any:
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
 
     try:  # read back in Rust when it was kept and checked (inference/fast_tokenizer.py)
@@ -205,11 +206,8 @@ def load_model(
                 "load only with memosight.model.allowPickle set in your user settings "
                 "(or convert them to safetensors)"
             )
-    try:
-        config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
-    except (ValueError, KeyError) as err:
-        raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
     tokenizer = load_tokenizer(folder)
+    config = functools.cache(lambda: read_config(folder))  # read when a load needs it
     origin = gguf.summary_of(folder)
 
     @functools.cache
@@ -225,7 +223,7 @@ def load_model(
             # Measured candidates are not kept on disk: only the chosen one is.
             return _load_weights(
                 folder,
-                config,
+                config(),
                 candidate,
                 torch_device,
                 keep=False,
@@ -249,7 +247,13 @@ def load_model(
         folder, load, tokenizer, progress=progress, remeasure=remeasure, mix=mix
     )
     model, num_parameters = _load_weights(
-        folder, config, chosen, torch_device, count=True, allow_pickle=allow_pickle, plan=plan
+        folder,
+        _kept_config(folder, chosen) or config(),
+        chosen,
+        torch_device,
+        count=True,
+        allow_pickle=allow_pickle,
+        plan=plan,
     )
     try:
         fim = resolve_fim_format(tokenizer.get_vocab(), fim_format)
@@ -282,6 +286,33 @@ def load_model(
     )
 
 
+def read_config(folder: Path) -> Any:
+    """The model's config, as transformers reads it from the folder."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    except (ValueError, KeyError) as err:
+        raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
+
+
+def _kept_config(folder: Path, chosen: precision.Precision) -> Any | None:
+    """The config kept beside the quantized model this load reads (quantized_cache.kept_config:
+    no import of transformers' model packages), if one is."""
+    if chosen.quantization == "none":
+        return None
+    return quantized_cache.kept_config(
+        quantized_cache.cache_file(folder, _kept_kind(chosen), chosen.dtype)
+    )
+
+
+def _kept_kind(chosen: precision.Precision) -> str:
+    """The name a quantized form is kept under: "gguf" forms per rule (another rule makes
+    another form)."""
+    kind: str = chosen.quantization
+    return f"gguf {gguf.mix_rule()}" if kind == "gguf" else kind
+
+
 def _from_folder(
     folder: Path,
     config: Any,
@@ -292,6 +323,9 @@ def _from_folder(
 ) -> tuple[Any, int]:
     """The model from its folder's weights, quantized as chosen (`plan()`: quantization
     "gguf"'s kinds); and its parameter count."""
+    from transformers import AutoModelForCausalLM
+
+    config = llama_family.transformers_config(config)
     # True: refuse *.bin even where transformers would fall back to it; None: its own choice.
     safetensors_only = None if allow_pickle else True
     options: dict[str, Any] = dict(
@@ -343,14 +377,12 @@ def _load_weights(
     `keep`, kept."""
     kept = None
     if chosen.quantization != "none":
-        # "gguf" forms are kept per rule: another rule makes another form.
-        kind: str = chosen.quantization
-        kind = f"gguf {gguf.mix_rule()}" if kind == "gguf" else kind
-        kept_file = quantized_cache.cache_file(folder, kind, chosen.dtype)
+        kept_file = quantized_cache.cache_file(folder, _kept_kind(chosen), chosen.dtype)
         kept = quantized_cache.load(kept_file, copy.deepcopy(config), chosen.dtype)
     if kept is not None:
         model, num_parameters = kept
         model.to(device)  # type: ignore[arg-type]
+        quantized_cache.keep_config(kept_file, config)  # the next load reads it back
     else:
         model, num_parameters = _from_folder(folder, config, chosen, device, allow_pickle, plan)
         if keep and chosen.quantization != "none":

@@ -7,6 +7,11 @@ $XDG_CACHE_HOME/memosight/quantized/, keyed by the model's files, the quantizati
 dtype; later loads build the model skeleton without weights (the meta device), put the stored
 tensors in place and recompute the rotary tables. A file that is missing, stale or unreadable
 is simply made again; it is written beside its name and renamed, so it is whole or absent.
+
+A Llama-family model's config is kept beside its file too (`keep_config`): read back as
+transformers' generic config class (`kept_config`), it spares a start-up the import of
+transformers' model packages (`transformers.models` indexes every model's folder when imported;
+figures: docs/speculative.md).
 """
 
 from __future__ import annotations
@@ -84,8 +89,6 @@ def save(model: Any, path: Path, num_parameters: int) -> None:
 def load(path: Path, config: Any, dtype: torch.dtype) -> tuple[Any, int] | None:
     """The model rebuilt from a stored file and its parameter count before quantization, or
     None when there is no usable file."""
-    from transformers import AutoModelForCausalLM
-
     if not path.is_file():
         return None
     try:
@@ -101,6 +104,8 @@ def load(path: Path, config: Any, dtype: torch.dtype) -> tuple[Any, int] | None:
             # No transformers modeling import on the start-up path (inference/llama_family.py).
             model = llama_family.build(config, dtype)
         else:
+            from transformers import AutoModelForCausalLM
+
             model = AutoModelForCausalLM.from_config(
                 config, dtype=dtype, attn_implementation="sdpa"
             )
@@ -122,6 +127,57 @@ def load(path: Path, config: Any, dtype: torch.dtype) -> tuple[Any, int] | None:
         return None
     model.config.tie_word_embeddings = False
     return model.eval(), num_parameters
+
+
+def config_file(path: Path) -> Path:
+    """Where the config of the model stored at `path` is kept."""
+    return path.with_name(f"{path.stem}.config.json")
+
+
+def keep_config(path: Path, config: Any) -> None:
+    """Keep a Llama-family model's config (transformers' own class, as read from its folder)
+    beside its stored file, once per transformers version (best effort)."""
+    target = config_file(path)
+    if not type(config).model_type or llama_family.unsupported_reason(config) is not None:
+        return  # a kept config read back (the generic class), or a model built otherwise
+    from transformers import __version__ as version
+
+    if _kept_version(target) == version:
+        return
+    kept = {"transformers": version, "config": config.to_dict()}
+    temp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    try:
+        temp.write_text(json.dumps(kept))
+        os.replace(temp, target)
+    except (OSError, TypeError, ValueError) as err:
+        temp.unlink(missing_ok=True)
+        log.warning("cannot keep the model's config in %s: %s", target, err)
+
+
+def _kept_version(target: Path) -> str | None:
+    """The transformers version that kept the config at `target` (None: none readable)."""
+    try:
+        return str(json.loads(target.read_text())["transformers"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def kept_config(path: Path) -> Any | None:
+    """The config kept beside the model stored at `path`, as transformers' generic config class
+    (what llama_family builds from and a KV cache reads; llama_family.transformers_config gives
+    the model's own class back); None when none is kept for this transformers version."""
+    from transformers import __version__ as version
+    from transformers.configuration_utils import PreTrainedConfig
+
+    try:
+        kept = json.loads(config_file(path).read_text())
+        if kept["transformers"] != version or not path.is_file():
+            return None
+        config = PreTrainedConfig(**kept["config"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        log.debug("no kept config for %s: %s", path, err)
+        return None
+    return config if llama_family.unsupported_reason(config) is None else None
 
 
 _DTYPES = {
