@@ -14,14 +14,13 @@ was trained on), sampled with `--seed`, `--cases` per kind:
 
 Each case is the file before the edit, the edit as the buffer's recent edit (EditHistory), the
 cursor at the end of the edited text; the prediction is completion/next_edit.py's, as the server
-makes it: the rename follow-up first, then the call-site follow-up (no model; `renameAnswers`
-and `callsiteAnswers` count the cases each answered), else the model (window, prompt, window
-draft, post-processing). `--model-only` skips the follow-ups: the model alone, as before them.
-`--follow-ups-only` loads no model: the follow-ups alone (a case they do not answer proposes
-nothing), in seconds. Exact match: the proposed edit nearest
+makes it: the rename follow-up first, then the string and the call-site follow-ups (no model;
+`renameAnswers`, `stringAnswers` and `callsiteAnswers` count the cases each answered), else the
+model (window, prompt, window draft, post-processing). `--model-only` skips the follow-ups:
+the model alone, as before them. `--follow-ups-only` loads no model: the follow-ups alone (a
+case they do not answer proposes nothing), in seconds. Exact match: the proposed edit nearest
 after the cursor makes the same text as the expected one (`_new` inserted after `value` is
-`value` replaced by `value_new`). False proposal: a control case with
-any edit proposed.
+`value` replaced by `value_new`). False proposal: a control case with any edit proposed.
 
 Speed: for the first `--plain-cases` cases of each kind the rewrite is decoded again with plain
 greedy decoding; the tokens must be the same (`identical`; `samePrefixCutByTime`: the two were
@@ -67,6 +66,7 @@ from memosight_lsp.completion.next_edit import (
     NextEditRequest,
     call_site_follow_up_edit,
     rename_follow_up_edit,
+    string_follow_up_edit,
 )
 from memosight_lsp.completion.next_edit_local import NextEditor
 from memosight_lsp.completion.next_edit_prompt import FAMILIES
@@ -76,6 +76,8 @@ from memosight_lsp.engine.loading import load_model
 from memosight_lsp.engine.speculative import SpeculativeDecoder
 
 KINDS = ("rename", "string", "callsite", "control")
+# As the server tries them (server/next_edit.py), before the model.
+FOLLOW_UPS = (rename_follow_up_edit, string_follow_up_edit, call_site_follow_up_edit)
 EARLY_STOP_MODES = {"on": (True,), "off": (False,), "both": (False, True)}
 MAX_FUNCTION_LINES = 60
 MAX_USE_DISTANCE = 15  # lines between the edit and the expected edit: within the window
@@ -314,11 +316,12 @@ def request_for(
 def predict(
     editor: NextEditor | RemoteNextEditor | None, request: NextEditRequest, model_only: bool
 ) -> NextEdit:
-    """As the server answers: the rename follow-up when the edit was a rename, the call-site
+    """As the server answers: the rename follow-up when the edit was a rename, the string
+    follow-up when it changed a string constant used again in its scope, the call-site
     follow-up when it removed a parameter, else the model (an engine's failure: no edit, its
     reason; no editor: no edit)."""
     if not model_only:
-        for follow_up_edit in (rename_follow_up_edit, call_site_follow_up_edit):
+        for follow_up_edit in FOLLOW_UPS:
             follow_up = follow_up_edit(request)
             if follow_up is not None:
                 return follow_up
@@ -351,11 +354,12 @@ class KindTally:
         self.decodes: list[float] = []  # new tokens per second of the rewrites' decode
         self.passes: list[float] = []
         self.examples: list[dict[str, Any]] = []
-        self.exact = self.proposed = self.by_rename = self.by_callsite = 0
+        self.exact = self.proposed = self.by_rename = self.by_string = self.by_callsite = 0
         self.cut_by_time = self.early_stops = 0
 
     def add(self, case: EditCase, result: NextEdit) -> None:
         self.by_rename += result.source == "rename"
+        self.by_string += result.source == "string"
         self.by_callsite += result.source == "callsite"
         self.latencies.append(result.total_ms)
         if result.source == "model" and result.new_tokens:
@@ -395,6 +399,7 @@ class KindTally:
             "exactShare": None if control or not cases else round(self.exact / cases, 3),
             "proposals": self.proposed,
             "renameAnswers": self.by_rename,
+            "stringAnswers": self.by_string,
             "callsiteAnswers": self.by_callsite,
             "falseProposalShare": round(self.proposed / cases, 3) if control and cases else None,
             "latencyMsP50": percentile(self.latencies, 0.5),

@@ -12,9 +12,10 @@ MAX_HUNKS changes at once.
 
 Before any model: when the last edit renamed an identifier, the next place still using the old
 name is the answer, with no model call (rename_follow_up.py; `rename_follow_up_edit`); when it
-removed a parameter from a definition, the next call with that argument deleted
-(call_site_follow_up.py; `call_site_follow_up_edit`). The model rewrite answers every other
-edit.
+changed a string constant that the scope holds elsewhere, the next of those changed the same way
+(string_follow_up.py; `string_follow_up_edit`); when it removed a parameter from a definition,
+the next call with that argument deleted (call_site_follow_up.py; `call_site_follow_up_edit`).
+The model rewrite answers every other edit.
 
 Bounded: the rewrite has at most the window's tokens + a margin, and ends by maxWaitMs with what
 it has (a rewrite cut short proposes only the changes in the lines it wrote). It also ends once
@@ -39,7 +40,7 @@ from typing import Any
 
 from memosight_lsp.workspace.languages import language_for
 
-from . import call_site_follow_up
+from . import call_site_follow_up, string_follow_up
 from .edit_history import Edit
 from .next_edit_prompt import NextEditPrompt, build_next_edit_prompt
 from .rename_follow_up import follow_up
@@ -82,7 +83,7 @@ class Hunk:
 class NextEdit:
     hunks: list[Hunk]
     reason: str | None = None  # why there is no edit, when hunks is empty
-    source: str = "model"  # "rename" / "callsite": a follow-up, no model ran
+    source: str = "model"  # "rename" / "string" / "callsite": a follow-up, no model ran
     first_line: int = 0  # the window: lines first_line .. end_line - 1
     end_line: int = 0
     window_start: int = 0  # document offsets of the window
@@ -317,6 +318,14 @@ def rename_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
     the cursor still using the old name, renamed; none (with a reason) when no such place is
     left. None when the last edit renamed no identifier: the model decides."""
     return _follow_up_edit(request, follow_up, "rename")
+
+
+def string_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
+    """The next edit after a string constant was changed, found with no model
+    (string_follow_up.py): the nearest other literal of the scope holding the old constant,
+    changed the same way. None when the last edit changed no string constant, or no other
+    literal holds it: the model decides."""
+    return _follow_up_edit(request, string_follow_up.follow_up, "string")
 
 
 def call_site_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
