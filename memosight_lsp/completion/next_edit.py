@@ -22,7 +22,10 @@ it has (a rewrite cut short proposes only the changes in the lines it wrote). It
 it has re-converged (`early_stop`): after a change worth proposing, the old text copied again
 across a line end and a line more (engine/edit_draft.py, Reconverged). The old tokens it did
 not write are then taken as written unchanged, so the proposal is the full rewrite's whenever
-the model would have copied the rest: a full rewrite with one change.
+the model would have copied the rest: a full rewrite with one change. A policy bound likewise:
+a rewrite copying the old text past COPY_LINES lines below the cursor and the last edit ends
+there (`copy_lines`, CopyBound), the rest taken as written: a change the model would write
+further down is not waited for.
 
 The window (`window_of`) and the proposals (`finish`) are the same whoever rewrites: the local
 model (next_edit_local.py, NextEditor) or a serving engine (next_edit_remote.py). This module
@@ -52,6 +55,8 @@ MAX_CHANGED_LINES = 6  # old lines one change may rewrite: a next edit is small
 MAX_HUNKS = 4
 WORD = re.compile(r"\w+")  # identifiers, numbers, the words of strings
 MARGIN_TOKENS = 16  # beyond the window's tokens (plus a quarter of them) the rewrite may grow
+# Lines below the cursor and the last edit (the lower of the two) an unchanged copy goes on for.
+COPY_LINES = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +73,9 @@ class NextEditRequest:
     window_lines: int = WINDOW_LINES
     prompt_format: str = "auto"  # nextEdit.promptFormat (next_edit_prompt.py)
     early_stop: bool = True  # end the rewrite once it re-converges after a change (Reconverged)
+    # With early_stop, end a rewrite copying past this many lines below the cursor and the last
+    # edit (CopyBound; 0: never).
+    copy_lines: int = COPY_LINES
 
 
 @dataclass(frozen=True)
@@ -176,6 +184,22 @@ def window_of(request: NextEditRequest) -> Window:
     if cursor is not None and not 0 <= cursor <= stop - start:
         cursor = None  # the cursor is outside the window (the last edit drew it elsewhere)
     return Window(first, end, text, start, stop, cursor)
+
+
+def copy_bound_line(request: NextEditRequest, window: Window) -> int | None:
+    """The last line of the window (0-based in it) an unchanged copy is waited for: copy_lines
+    below the lower of the cursor and the last edit's last line; None: no bound (no early stop,
+    copy_lines 0, or the window ends first)."""
+    if not request.early_stop or request.copy_lines <= 0:
+        return None
+    lowest = request.cursor_line
+    if request.edits:  # the last edit, when the window holds it
+        last = request.edits[-1]
+        end = last.line + last.after.count("\n")
+        if window.first <= end < window.end:
+            lowest = max(lowest, end)
+    line = lowest - window.first + request.copy_lines
+    return line if line < window.end - window.first - 1 else None
 
 
 def rewrite_budget(draft_tokens: int) -> int:
