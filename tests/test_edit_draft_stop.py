@@ -11,12 +11,18 @@ from test_speculative import FLAT_COST
 from transformers import AutoTokenizer
 
 from memosight_lsp.inference.decoder import Decoder, Run
-from memosight_lsp.inference.edit_draft import RESYNC_TOKENS, Reconverged
+from memosight_lsp.inference.edit_draft import (
+    RESYNC_TOKENS,
+    CopyBound,
+    Reconverged,
+    line_end_token,
+)
 from memosight_lsp.inference.loading import load_model
 from memosight_lsp.next_edit.edit_history import EditHistory
 from memosight_lsp.next_edit.local import NextEditor
 from memosight_lsp.next_edit.predict import (
     NextEditRequest,
+    copy_bound_line,
     line_hunks,
     proposals,
     window_of,
@@ -239,3 +245,82 @@ def test_a_change_not_worth_proposing_does_not_stop_the_rewrite(tiny_model_dir):
     assert [(renamed[h.start : h.end], h.new_text) for h in result.hunks] == [
         ("prefixed_lines", "out")
     ]
+
+
+def bound_point(tokenizer, old: str, new: str, line: int) -> tuple[int | None, str]:
+    """Where CopyBound (waiting for old line `line`) ends the rewrite `new` of `old`, and the
+    text with the old rest taken as written (without the end marker)."""
+    target = tokenizer.encode(old + PLAIN_END, add_special_tokens=False)
+    rewrite = tokenizer.encode(new + PLAIN_END, add_special_tokens=False)
+    newlines = [tokenizer.decode([t]).count("\n") for t in target]
+    bound = line_end_token(newlines, line)
+    assert bound is not None
+    rule = CopyBound(target, [n > 0 for n in newlines], bound)
+    k = next((k for k in range(1, len(rewrite) + 1) if rule(rewrite[:k])), None)
+    if k is None:
+        return None, new
+    completed = tokenizer.decode(rewrite[:k] + rule.rest())
+    return k, completed[: -len(PLAIN_END)]
+
+
+def test_an_unchanged_copy_ends_at_the_end_of_the_line_waited_for(tokenizer):
+    k, completed = bound_point(tokenizer, CODE, CODE, 5)
+    assert k is not None and completed == CODE
+    written = tokenizer.decode(tokenizer.encode(CODE, add_special_tokens=False)[:k])
+    # Lines 0..5 and no more (the line end's token may hold the next line's indent).
+    assert written.count("\n") == 6 and not written.rsplit("\n", 1)[1].strip()
+
+
+def test_a_change_before_the_bound_is_written_and_copied_past(tokenizer):
+    """A change on line 4, bound at line 5: the rewrite goes on past the bound until it has
+    copied RESYNC_TOKENS after finding its place again, then stops at a line end."""
+    new = CODE.replace("for line in text.splitlines(True):", "for line in text.split():")
+    k, completed = bound_point(tokenizer, CODE, new, 5)
+    assert k is not None and completed == new
+    change = len(tokenizer.encode(new[: new.index("split()")], add_special_tokens=False))
+    assert k > change + RESYNC_TOKENS
+
+
+def test_a_change_past_the_bound_is_not_seen(tokenizer):
+    """The policy's price: a change the model writes after the lines waited for is not read."""
+    new = CODE.replace("return text\n", "return out\n")
+    k, completed = bound_point(tokenizer, CODE, new, 5)
+    assert k is not None and completed == CODE
+
+
+def test_the_bound_is_copy_lines_below_the_cursor_and_the_last_edit():
+    renamed = CODE.replace("prefixed_lines = []", "out = []")
+    edits = edited(CODE, renamed)
+    request = NextEditRequest(text=renamed, cursor_line=1, edits=edits, copy_lines=4)
+    window = window_of(request)
+    assert window.first == 0 and copy_bound_line(request, window) == 5
+    later = NextEditRequest(text=renamed, cursor_line=3, edits=edits, copy_lines=4)
+    assert copy_bound_line(later, window_of(later)) == 7  # the cursor below the edit
+    for off in (
+        NextEditRequest(text=renamed, cursor_line=1, edits=edits, copy_lines=0),
+        NextEditRequest(text=renamed, cursor_line=1, edits=edits, early_stop=False),
+        NextEditRequest(text=renamed, cursor_line=1, edits=edits, copy_lines=40),
+    ):
+        assert copy_bound_line(off, window_of(off)) is None
+
+
+def test_next_editor_ends_an_unchanged_copy_below_the_cursor(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu")
+    renamed = CODE.replace("prefixed_lines = []", "out = []")
+    request = NextEditRequest(
+        text=renamed,
+        cursor_line=1,
+        edits=edited(CODE, renamed),
+        path="tw.py",
+        max_wait_ms=60_000,
+        copy_lines=4,
+    )
+    window = window_of(request).text
+    bounded, script = scripted_predict(loaded, request, window)
+    full, _ = scripted_predict(
+        loaded, NextEditRequest(**{**request.__dict__, "early_stop": False}), window
+    )
+    assert (full.complete, full.new_tokens, full.hunks) == (True, script, [])
+    assert (bounded.stop_reason, bounded.complete, bounded.hunks) == ("bounded", True, [])
+    assert bounded.rewrite == window and bounded.new_tokens < script // 2
+    assert bounded.new_tokens + bounded.unwritten_tokens == script

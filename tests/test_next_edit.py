@@ -4,6 +4,8 @@ greedy's) and accepting many tokens per pass where the model copies."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from test_speculative import FLAT_COST
 
@@ -219,3 +221,35 @@ def test_the_window_draft_follows_a_copy_across_a_change():
     assert got.tokens == want.tokens
     assert got.stats["acceptedBySource"]["window"] >= len(want.tokens) - 12, got.stats
     assert got.forward_passes <= 16, got.forward_passes  # plain greedy: 96
+
+
+def test_a_new_buffer_starts_from_the_prompts_common_head_and_stays_lossless(tiny_model_dirs):
+    """The chat prompts share their system turn (the instructions): it is prefilled once and a
+    buffer's first rewrite starts from a copy of its cache, with plain greedy's tokens; the
+    buffer's next request reuses its own cache."""
+    text = RENAMED_DEF + "\n\nprint(indent('a\\nb', '> '))\n"
+    request = NextEditRequest(
+        text=text,
+        cursor_line=1,
+        edits=tuple(edited(WINDOW, RENAMED_DEF)),
+        path="tw.py",
+        language_id="python",
+        max_wait_ms=60_000,
+        prompt_format="chat",
+    )
+    for name, folder in tiny_model_dirs.items():
+        # ChatML by hand (the tiny tokenizers have no template): chosen by the name.
+        loaded = dataclasses.replace(load_model(folder, device="cpu"), name="qwen-" + name)
+        editor = NextEditor(loaded, FLAT_COST)
+        prompt, _ = editor.prompt(request)
+        assert prompt.family == "chat" and prompt.text[: prompt.head].endswith("user\n")
+        head = len(loaded.tokenizer.encode(prompt.text[: prompt.head], add_special_tokens=True))
+        plain = editor.predict(dataclasses.replace(request, plain=True))
+        first = editor.predict(dataclasses.replace(request, buffer_id="a"))
+        assert first.stats["reusedPromptTokens"] == head > 20, name
+        assert first.tokens == plain.tokens and first.hunks == plain.hunks, name
+        other = dataclasses.replace(request, buffer_id="b", cursor_line=2)
+        assert editor.predict(other).stats["reusedPromptTokens"] == head, name
+        again = editor.predict(dataclasses.replace(request, buffer_id="a"))
+        assert again.stats["reusedPromptTokens"] == first.prompt_tokens - 1, name
+        assert again.tokens == plain.tokens, name

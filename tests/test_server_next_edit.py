@@ -1,8 +1,9 @@
 """memosight/nextEdit through the real server over stdio: answered within bounds with well-formed
 edits or an empty answer with a reason; bad params get an error and the server keeps serving.
-A rename is followed up at once with no model (`"source": "rename"`): each next use offered in
-turn, applied as an editor applies it (its LSP range, UTF-16 columns), in Python, TypeScript and
-Go, also while a serving engine that is down serves."""
+A rename is followed up at once with no model (`"source": "rename"`; a string constant too,
+`"source": "string"`): each next use offered in turn, applied as an editor applies it (its LSP
+range, UTF-16 columns), in Python, TypeScript and Go, also while a serving engine that is down
+serves."""
 
 from __future__ import annotations
 
@@ -250,3 +251,28 @@ async def test_a_rename_arrives_while_a_serving_engine_is_down(tiny_model_dir):
         assert answer["reason"].startswith("engine unavailable: ")  # down: said, not hung
     finally:
         await stop(remote)
+
+
+KEYS = """def load(data):
+    if "name" in data:
+        return data["name"]  # the name
+    return None
+"""
+
+
+async def test_a_string_constant_changed_offers_its_other_use_with_no_model(client):
+    before = await stats(client)
+    buffer = Buffer(client, "file:///r/keys.py", KEYS, "python")
+    cursor = buffer.rename(1, 8, "name", "key")
+    started = time.monotonic()
+    answer = await buffer.next_edit(cursor)
+    assert time.monotonic() - started < 5  # no model job: answered at once
+    assert answer["source"] == "string" and answer["window"] is None
+    (proposal,) = answer["edits"]
+    assert proposal["newText"] == "key"
+    assert proposal["range"]["start"] == {"line": 2, "character": 21}
+    assert proposal["range"]["end"] == {"line": 2, "character": 25}
+    assert answer["stats"]["string"] == {"old": '"name"', "new": '"key"', "remaining": 1}
+    after = await stats(client)
+    assert after["nextEditStrings"] == before["nextEditStrings"] + 1
+    assert after["nextEditModelCalls"] == before["nextEditModelCalls"]

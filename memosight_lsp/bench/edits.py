@@ -14,23 +14,24 @@ was trained on), sampled with `--seed`, `--cases` per kind:
 
 Each case is the file before the edit, the edit as the buffer's recent edit (EditHistory), the
 cursor at the end of the edited text; the prediction is next_edit/predict.py's, as the server
-makes it: the rename follow-up first, then the call-site follow-up (no model; `renameAnswers`
-and `callsiteAnswers` count the cases each answered), else the model (window, prompt, window
-draft, post-processing). `--model-only` skips the follow-ups: the model alone, as before them.
-`--follow-ups-only` loads no model: the follow-ups alone (a case they do not answer proposes
-nothing), in seconds. Exact match: the proposed edit nearest
-after the cursor makes the same text as the expected one (`_new` inserted after `value` is
-`value` replaced by `value_new`). False proposal: a control case with
-any edit proposed.
+makes it: the rename follow-up first, then the string and the call-site follow-ups (no model;
+`renameAnswers`, `stringAnswers` and `callsiteAnswers` count the cases each answered), else the
+model (window, prompt, window draft, post-processing), each case in a buffer of its own (its
+first request: the prompts' common head is the cache it starts from). `--model-only` skips the
+follow-ups: the model alone, as before them. `--follow-ups-only` loads no model: the follow-ups
+alone (a case they do not answer proposes nothing), in seconds. Exact match: the proposed edit
+nearest after the cursor makes the same text as the expected one (`_new` inserted after `value`
+is `value` replaced by `value_new`). False proposal: a control case with any edit proposed.
 
 Speed: for the first `--plain-cases` cases of each kind the rewrite is decoded again with plain
 greedy decoding; the tokens must be the same (`identical`; `samePrefixCutByTime`: the two were
 cut by maxWaitMs at different lengths and agree up to the shorter), and tokens per second of the
 rewrite (its decode, prefill apart) are reported with and without the window draft.
 
-`--early-stop on|off|both`: rewrites end once re-converged after a change (next_edit/predict.py;
-on, as the server does), or not; `both` predicts each case both ways (the order turned every
-other case) and reports the kinds without it under `withoutEarlyStop`, with how
+`--early-stop on|off|both`: rewrites end once re-converged after a change or copying past
+`--copy-lines` below the cursor and the last edit (next_edit/predict.py; on, as the server
+does), or not; `both` predicts each case both ways (the order turned every other case) and
+reports the kinds without it under `withoutEarlyStop`, with how
 many of the model's answers proposed the same edits both ways (`earlyStopCompared`).
 
 `--llama-server URL`: the model's rewrite comes from that llama.cpp server instead (as the
@@ -65,17 +66,21 @@ from memosight_lsp.inference.speculative import SpeculativeDecoder
 from memosight_lsp.next_edit.edit_history import EditHistory
 from memosight_lsp.next_edit.local import NextEditor
 from memosight_lsp.next_edit.predict import (
+    COPY_LINES,
     Hunk,
     NextEdit,
     NextEditRequest,
     call_site_follow_up_edit,
     rename_follow_up_edit,
+    string_follow_up_edit,
 )
 from memosight_lsp.next_edit.prompt import FAMILIES
 from memosight_lsp.next_edit.remote import RemoteNextEditor
 from memosight_lsp.pipeline.engine_backend import EngineBackend
 
 KINDS = ("rename", "string", "callsite", "control")
+# As the server tries them (session/next_edit_flow.py), before the model.
+FOLLOW_UPS = (rename_follow_up_edit, string_follow_up_edit, call_site_follow_up_edit)
 EARLY_STOP_MODES = {"on": (True,), "off": (False,), "both": (False, True)}
 MAX_FUNCTION_LINES = 60
 MAX_USE_DISTANCE = 15  # lines between the edit and the expected edit: within the window
@@ -293,7 +298,11 @@ def make_cases(
 
 
 def request_for(
-    case: EditCase, max_wait_ms: int, plain: bool = False, prompt_format: str = "auto"
+    case: EditCase,
+    max_wait_ms: int,
+    plain: bool = False,
+    prompt_format: str = "auto",
+    copy_lines: int = COPY_LINES,
 ) -> NextEditRequest:
     history = EditHistory()
     history.opened(case.path, case.before)
@@ -308,17 +317,19 @@ def request_for(
         max_wait_ms=max_wait_ms,
         plain=plain,
         prompt_format=prompt_format,
+        copy_lines=copy_lines,
     )
 
 
 def predict(
     editor: NextEditor | RemoteNextEditor | None, request: NextEditRequest, model_only: bool
 ) -> NextEdit:
-    """As the server answers: the rename follow-up when the edit was a rename, the call-site
+    """As the server answers: the rename follow-up when the edit was a rename, the string
+    follow-up when it changed a string constant used again in its scope, the call-site
     follow-up when it removed a parameter, else the model (an engine's failure: no edit, its
     reason; no editor: no edit)."""
     if not model_only:
-        for follow_up_edit in (rename_follow_up_edit, call_site_follow_up_edit):
+        for follow_up_edit in FOLLOW_UPS:
             follow_up = follow_up_edit(request)
             if follow_up is not None:
                 return follow_up
@@ -348,21 +359,27 @@ class KindTally:
     def __init__(self) -> None:
         self.latencies: list[float] = []
         self.prefills: list[float] = []
+        self.prompts: list[float] = []  # prompt tokens of the model's rewrites
+        self.reused: list[float] = []  # of which in the buffer's cache already
         self.decodes: list[float] = []  # new tokens per second of the rewrites' decode
         self.passes: list[float] = []
         self.examples: list[dict[str, Any]] = []
-        self.exact = self.proposed = self.by_rename = self.by_callsite = 0
-        self.cut_by_time = self.early_stops = 0
+        self.exact = self.proposed = self.by_rename = self.by_string = self.by_callsite = 0
+        self.cut_by_time = self.early_stops = self.bounded = 0
 
     def add(self, case: EditCase, result: NextEdit) -> None:
         self.by_rename += result.source == "rename"
+        self.by_string += result.source == "string"
         self.by_callsite += result.source == "callsite"
         self.latencies.append(result.total_ms)
         if result.source == "model" and result.new_tokens:
             self.prefills.append(result.prefill_ms)
+            self.prompts.append(result.prompt_tokens)
+            self.reused.append(result.stats.get("reusedPromptTokens", 0))
             self.decodes.append(result.new_tokens / max(result.decode_ms, 1.0) * 1000)
         self.cut_by_time += result.stop_reason in ("time", "deadline")
         self.early_stops += result.stop_reason == "converged"
+        self.bounded += result.stop_reason == "bounded"
         if result.new_tokens and result.forward_passes:  # an engine's are not counted
             self.passes.append(result.new_tokens / max(1, result.forward_passes - 1))
         cursor = sum(len(line) for line in case.after.splitlines(True)[: case.cursor_line])
@@ -395,6 +412,7 @@ class KindTally:
             "exactShare": None if control or not cases else round(self.exact / cases, 3),
             "proposals": self.proposed,
             "renameAnswers": self.by_rename,
+            "stringAnswers": self.by_string,
             "callsiteAnswers": self.by_callsite,
             "falseProposalShare": round(self.proposed / cases, 3) if control and cases else None,
             "latencyMsP50": percentile(self.latencies, 0.5),
@@ -402,9 +420,12 @@ class KindTally:
             # The model's rewrites: prefill (an engine's: to its first token), decode rate, how
             # many maxWaitMs cut short and how many ended early, re-converged after a change.
             "prefillMsP50": percentile(self.prefills, 0.5),
+            "promptTokensP50": percentile(self.prompts, 0.5),
+            "reusedPromptTokensP50": percentile(self.reused, 0.5),
             "decodeTokensPerSecondP50": percentile(self.decodes, 0.5),
             "cutByTime": self.cut_by_time,
             "earlyStops": self.early_stops,
+            "boundedStops": self.bounded,
             "tokensPerPass": round(statistics.mean(self.passes), 2) if self.passes else None,
             "examples": self.examples,
         }
@@ -445,22 +466,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for kind, chosen in cases.items():
         tallies = {mode: KindTally() for mode in modes}
         for i, case in enumerate(chosen):
-            request = request_for(case, args.max_wait_ms, prompt_format=args.prompt_format)
+            request = request_for(
+                case, args.max_wait_ms, prompt_format=args.prompt_format, copy_lines=args.copy_lines
+            )
             results: dict[bool, NextEdit] = {}
             for mode in modes if i % 2 == 0 else modes[::-1]:
-                results[mode] = predict(editor, replace(request, early_stop=mode), args.model_only)
+                # A buffer of its own per case and mode, as the server keys them: the first
+                # request of a buffer (its prompt's common head reused, not the case's own).
+                buffer_id = f"{case.path}:{case.cursor_line}#{mode}"
+                asked = replace(request, early_stop=mode, buffer_id=buffer_id)
+                results[mode] = predict(editor, asked, args.model_only)
                 tallies[mode].add(case, results[mode])
             if len(modes) == 2 and results[True].source == "model":
                 both["compared"] += 1
                 same = results[True].hunks == results[False].hunks
                 both["sameProposals"] += same
-                if results[True].stop_reason == "converged":
+                if results[True].stop_reason in ("converged", "bounded"):
                     both["earlyStops"] += 1
                     both["stopped"].append(
                         {
                             "path": case.path,
                             "line": case.cursor_line,
                             "same": same,
+                            "stopReason": results[True].stop_reason,
                             "newTokens": [results[m].new_tokens for m in modes],
                             "latencyMs": [round(results[m].total_ms) for m in modes],
                         }
@@ -484,7 +512,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             },
                         }
                     )
-            request = replace(request, early_stop=modes[-1])
+            request = replace(request, early_stop=modes[-1], buffer_id=None)
             result = results[modes[-1]]
             if i < args.plain_cases and isinstance(editor, NextEditor):
                 if result.source != "model":  # the speed rows time the model's rewrite
@@ -514,6 +542,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "modelOnly": args.model_only,
         "followUpsOnly": args.follow_ups_only,
         "earlyStop": args.early_stop,
+        "copyLines": args.copy_lines,
         "kinds": kinds,
         # --early-stop both: the model's answers with and without it, case by case.
         "earlyStopCompared": both if len(modes) == 2 else None,
@@ -558,6 +587,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=tuple(EARLY_STOP_MODES),
         help="end rewrites re-converged after a change (NextEditRequest.early_stop); both: "
         "each case without it and with it, side by side",
+    )
+    parser.add_argument(
+        "--copy-lines",
+        type=int,
+        default=COPY_LINES,
+        help="with the early stop, end an unchanged copy this many lines below the cursor and "
+        f"the last edit (NextEditRequest.copy_lines; 0: never; default {COPY_LINES})",
     )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)

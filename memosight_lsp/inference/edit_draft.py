@@ -10,6 +10,10 @@ The verification decides as for any source, so the output stays greedy's.
 Reconverged is a stop rule on the same place-finding (CopyPlace): true once the rewrite has
 written a change and then copied the old tokens again across a line end, RESYNC_TOKENS more and
 on to a line end.
+CopyBound is a stop rule on it too, a policy rather than a lossless one: true once the rewrite,
+copying (from the start, or RESYNC_TOKENS since it found its place again after a change), has
+copied the old tokens across the line end of a given old line: the lines far below the cursor and
+the edits are not waited for.
 What follows is taken as the old text, unchanged (`rest`: the old tokens from the place it has
 copied to); it only ends the decode earlier, so every token written is still the model's.
 """
@@ -177,3 +181,41 @@ class Reconverged:
         """The old tokens after the place the rewrite has copied to: what it is taken to write
         on when it stops here."""
         return self.place.target[self.place.pos :]
+
+
+class CopyBound:
+    """Stop rule (StopRules.should_stop shape) of a rewrite of `target` (the old tokens;
+    `line_ends[i]`: old token i holds a line end): true at the token where the rewrite, copying
+    the old tokens (from the start, or for RESYNC_TOKENS since it found its place again after a
+    change), has just copied a line end at or past old token `bound` (the token that ends the
+    last line to wait for). Every token written is the model's; the old lines after `bound` are
+    taken as written (`rest`), so a change the model would have written there is not seen. One
+    rewrite per instance."""
+
+    def __init__(self, target: Sequence[int], line_ends: Sequence[bool], bound: int) -> None:
+        self.place = CopyPlace(target)
+        self._line_ends = list(line_ends)
+        self.bound = bound
+
+    def __call__(self, generated: Sequence[int]) -> bool:
+        place = self.place
+        place.follow(generated)
+        if place.run == 0 or (place.lost is not None and place.run < RESYNC_TOKENS):
+            return False
+        last = place.pos - 1  # the old token just copied
+        return last >= self.bound and self._line_ends[last]
+
+    def rest(self) -> list[int]:
+        """The old tokens after the place the rewrite has copied to."""
+        return self.place.target[self.place.pos :]
+
+
+def line_end_token(newlines: Sequence[int], line: int) -> int | None:
+    """The index of the token holding the end of line `line` (0-based) of a text whose tokens
+    hold `newlines[i]` line ends each; None when the text has no such line end."""
+    seen = 0
+    for i, count in enumerate(newlines):
+        seen += count
+        if seen > line:
+            return i
+    return None

@@ -1,16 +1,19 @@
 """Next edits from the model in this process: the window rewritten with plain greedy's tokens,
 decoded speculatively with the window's current text as the main draft (inference/edit_draft.py),
-and ended early once it re-converges after a change (`Reconverged`). The window, the prompt and
+and ended early once it re-converges after a change (`Reconverged`) or has copied the old text
+some lines past the cursor and the last edit (`CopyBound`). The window, the prompt and
 the proposals are next_edit/predict.py's, the same for a serving engine."""
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from memosight_lsp.inference.decoder import Decoder, Generation, StopRules
 from memosight_lsp.inference.drafters import CostModel, PromptLookup
-from memosight_lsp.inference.edit_draft import Reconverged, WindowDraft
+from memosight_lsp.inference.edit_draft import CopyBound, Reconverged, WindowDraft, line_end_token
 from memosight_lsp.inference.greedy import GreedyDecoder
 from memosight_lsp.inference.loading import LoadedModel
 from memosight_lsp.inference.speculative import SpeculativeDecoder
@@ -19,6 +22,7 @@ from .predict import (
     NextEdit,
     NextEditRequest,
     Window,
+    copy_bound_line,
     finish,
     rewrite_budget,
     window_of,
@@ -28,6 +32,7 @@ from .prompt import NextEditPrompt, tokenizer_traits
 
 STOP_TAIL_TOKENS = 12  # the end marker is looked for in the last tokens' text
 MAX_DRAFT = 64  # draft tokens per pass: a copy is long and likely
+HEAD_KEY = "#nextEditHead"  # the prefix cache's entry the prompts' common head is prefilled in
 
 
 class NextEditor:
@@ -35,6 +40,8 @@ class NextEditor:
 
     def __init__(self, loaded: LoadedModel, cost_model: CostModel | None = None) -> None:
         self.loaded = loaded
+        # The prompts' common head (NextEditPrompt.head): its text, its ids and their cache.
+        self._head: tuple[str, list[int], Any] | None = None
         self.window_draft = WindowDraft()
         self.decoder = SpeculativeDecoder(
             sources=[self.window_draft, PromptLookup()],
@@ -61,6 +68,8 @@ class NextEditor:
         prompt, window = self.prompt(request)
         prompt_ids = tokenizer.encode(prompt.text, add_special_tokens=True)
         draft_ids = tokenizer.encode(prompt.draft_text(window.text), add_special_tokens=False)
+        if not request.plain:
+            self.start_from_head(request.buffer_id, prompt, prompt_ids)
         generation, rest = self.rewrite(request, prompt, window, prompt_ids, draft_ids, cancelled)
         rewrite, complete = prompt.answer_of(tokenizer.decode([*generation.tokens, *rest]))
         result = NextEdit(
@@ -89,6 +98,32 @@ class NextEditor:
         result.total_ms = (time.perf_counter() - started) * 1000
         return result
 
+    def start_from_head(
+        self, buffer_id: str | None, prompt: NextEditPrompt, prompt_ids: Sequence[int]
+    ) -> None:
+        """A buffer the decoder keeps no cache for starts from a copy of the cache of the
+        prompts' common head (the instructions, prefilled once), so its prefill is the rest.
+        A buffer with a cache reuses its own (its last prompt's common prefix: the head and
+        more)."""
+        cache_of = self.decoder.prefix_cache
+        if buffer_id is None or buffer_id in cache_of or prompt.head <= 0:
+            return
+        text = prompt.text[: prompt.head]
+        model = self.loaded.model
+        if self._head is None or self._head[0] != text:
+            self._head = None
+            ids = self.loaded.tokenizer.encode(text, add_special_tokens=True)
+            if not self.decoder.reuses_cache_of(model) or len(ids) < 2:
+                return
+            self.decoder.prefill_only(model, ids, StopRules(max_new_tokens=1), buffer_id=HEAD_KEY)
+            cache, reused = cache_of.take(HEAD_KEY, model, [*ids, -1])
+            if reused != len(ids):
+                return
+            self._head = (text, ids, cache)
+        _, ids, cache = self._head
+        if list(prompt_ids[: len(ids)]) == ids:
+            cache_of.put(buffer_id, model, ids, copy.deepcopy(cache))
+
     def rewrite(
         self,
         request: NextEditRequest,
@@ -100,26 +135,40 @@ class NextEditor:
     ) -> tuple[Generation, list[int]]:
         """The model's rewrite of the window: greedy tokens, drafted from the window unless
         request.plain, and the old tokens taken as written after them: none, unless it ended
-        early, re-converged after a change (stop reason "converged"; request.early_stop)."""
+        early (request.early_stop): re-converged after a change (stop reason "converged"), or
+        copying past the lines it waits for (request.copy_lines; stop reason "bounded")."""
         tokenizer = self.loaded.tokenizer
         end = prompt.end
-        converged = self.reconverged(draft_ids) if request.early_stop else None
-        early = False
+        converged: Reconverged | None = None
+        bounded: CopyBound | None = None
+        if request.early_stop:
+            newlines = [
+                text.count("\n") for text in tokenizer.batch_decode([[t] for t in draft_ids])
+            ]
+            converged = Reconverged(draft_ids, [n > 0 for n in newlines])
+            line = copy_bound_line(request, window)
+            bound = None if line is None else line_end_token(newlines, line)
+            if bound is not None:
+                bounded = CopyBound(draft_ids, [n > 0 for n in newlines], bound)
+        early: Reconverged | CopyBound | None = None
 
         def ended(tokens: Sequence[int]) -> bool:
             nonlocal early
             if end in tokenizer.decode(list(tokens[-STOP_TAIL_TOKENS:])):
                 return True
-            if converged is None or not converged(tokens):
-                return False
-            # Back on the old text after a change: stop when the rewrite, with the rest taken as
-            # the old text, has a change to propose; a change that would be dropped (an undo,
-            # whitespace, unrelated) lets it go on to the next.
-            rewrite, complete = prompt.answer_of(tokenizer.decode([*tokens, *converged.rest()]))
-            if not window_proposals(request, window, rewrite, complete)[0]:
-                return False
-            early = True
-            return True
+            if converged is not None and converged(tokens):
+                # Back on the old text after a change: stop when the rewrite, with the rest
+                # taken as the old text, has a change to propose; a change that would be
+                # dropped (an undo, whitespace, unrelated) lets it go on to the next.
+                text = tokenizer.decode([*tokens, *converged.rest()])
+                rewrite, complete = prompt.answer_of(text)
+                if window_proposals(request, window, rewrite, complete)[0]:
+                    early = converged
+                    return True
+            if bounded is not None and bounded(tokens):
+                early = bounded  # copying, past the lines waited for: the rest as it is
+                return True
+            return False
 
         rules = StopRules(
             max_new_tokens=rewrite_budget(len(draft_ids)),
@@ -135,12 +184,7 @@ class NextEditor:
             self.window_draft.set_target(draft_ids)
             decoder = self.decoder
         generation = decoder(self.loaded.model, prompt_ids, rules, buffer_id=request.buffer_id)
-        if early and generation.stop_reason == "stop" and converged is not None:
-            generation.stop_reason = "converged"
-            return generation, converged.rest()
+        if early is not None and generation.stop_reason == "stop":
+            generation.stop_reason = "converged" if early is converged else "bounded"
+            return generation, early.rest()
         return generation, []
-
-    def reconverged(self, draft_ids: Sequence[int]) -> Reconverged:
-        """The early stop rule of a rewrite whose draft (the old window) is `draft_ids`."""
-        texts = self.loaded.tokenizer.batch_decode([[token] for token in draft_ids])
-        return Reconverged(draft_ids, ["\n" in text for text in texts])

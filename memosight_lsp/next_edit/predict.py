@@ -12,16 +12,20 @@ MAX_HUNKS changes at once.
 
 Before any model: when the last edit renamed an identifier, the next place still using the old
 name is the answer, with no model call (rename_follow_up.py; `rename_follow_up_edit`); when it
-removed a parameter from a definition, the next call with that argument deleted
-(call_site_follow_up.py; `call_site_follow_up_edit`). The model rewrite answers every other
-edit.
+changed a string constant that the scope holds elsewhere, the next of those changed the same way
+(string_follow_up.py; `string_follow_up_edit`); when it removed a parameter from a definition,
+the next call with that argument deleted (call_site_follow_up.py; `call_site_follow_up_edit`).
+The model rewrite answers every other edit.
 
 Bounded: the rewrite has at most the window's tokens + a margin, and ends by maxWaitMs with what
 it has (a rewrite cut short proposes only the changes in the lines it wrote). It also ends once
 it has re-converged (`early_stop`): after a change worth proposing, the old text copied again
 across a line end and a line more (inference/edit_draft.py, Reconverged). The old tokens it did
 not write are then taken as written unchanged, so the proposal is the full rewrite's whenever
-the model would have copied the rest: a full rewrite with one change.
+the model would have copied the rest: a full rewrite with one change. A policy bound likewise:
+a rewrite copying the old text past COPY_LINES lines below the cursor and the last edit ends
+there (`copy_lines`, CopyBound), the rest taken as written: a change the model would write
+further down is not waited for.
 
 The window (`window_of`) and the proposals (`finish`) are the same whoever rewrites: the local
 model (local.py, NextEditor) or a serving engine (remote.py). This module
@@ -39,7 +43,7 @@ from typing import Any
 
 from memosight_lsp.workspace.languages import language_for
 
-from . import call_site_follow_up
+from . import call_site_follow_up, string_follow_up
 from .edit_history import Edit
 from .prompt import NextEditPrompt, build_next_edit_prompt
 from .rename_follow_up import follow_up
@@ -51,6 +55,8 @@ MAX_CHANGED_LINES = 6  # old lines one change may rewrite: a next edit is small
 MAX_HUNKS = 4
 WORD = re.compile(r"\w+")  # identifiers, numbers, the words of strings
 MARGIN_TOKENS = 16  # beyond the window's tokens (plus a quarter of them) the rewrite may grow
+# Lines below the cursor and the last edit (the lower of the two) an unchanged copy goes on for.
+COPY_LINES = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +73,9 @@ class NextEditRequest:
     window_lines: int = WINDOW_LINES
     prompt_format: str = "auto"  # nextEdit.promptFormat (prompt.py)
     early_stop: bool = True  # end the rewrite once it re-converges after a change (Reconverged)
+    # With early_stop, end a rewrite copying past this many lines below the cursor and the last
+    # edit (CopyBound; 0: never).
+    copy_lines: int = COPY_LINES
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,7 @@ class Hunk:
 class NextEdit:
     hunks: list[Hunk]
     reason: str | None = None  # why there is no edit, when hunks is empty
-    source: str = "model"  # "rename" / "callsite": a follow-up, no model ran
+    source: str = "model"  # "rename" / "string" / "callsite": a follow-up, no model ran
     first_line: int = 0  # the window: lines first_line .. end_line - 1
     end_line: int = 0
     window_start: int = 0  # document offsets of the window
@@ -175,6 +184,22 @@ def window_of(request: NextEditRequest) -> Window:
     if cursor is not None and not 0 <= cursor <= stop - start:
         cursor = None  # the cursor is outside the window (the last edit drew it elsewhere)
     return Window(first, end, text, start, stop, cursor)
+
+
+def copy_bound_line(request: NextEditRequest, window: Window) -> int | None:
+    """The last line of the window (0-based in it) an unchanged copy is waited for: copy_lines
+    below the lower of the cursor and the last edit's last line; None: no bound (no early stop,
+    copy_lines 0, or the window ends first)."""
+    if not request.early_stop or request.copy_lines <= 0:
+        return None
+    lowest = request.cursor_line
+    if request.edits:  # the last edit, when the window holds it
+        last = request.edits[-1]
+        end = last.line + last.after.count("\n")
+        if window.first <= end < window.end:
+            lowest = max(lowest, end)
+    line = lowest - window.first + request.copy_lines
+    return line if line < window.end - window.first - 1 else None
 
 
 def rewrite_budget(draft_tokens: int) -> int:
@@ -317,6 +342,14 @@ def rename_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
     the cursor still using the old name, renamed; none (with a reason) when no such place is
     left. None when the last edit renamed no identifier: the model decides."""
     return _follow_up_edit(request, follow_up, "rename")
+
+
+def string_follow_up_edit(request: NextEditRequest) -> NextEdit | None:
+    """The next edit after a string constant was changed, found with no model
+    (string_follow_up.py): the nearest other literal of the scope holding the old constant,
+    changed the same way. None when the last edit changed no string constant, or no other
+    literal holds it: the model decides."""
+    return _follow_up_edit(request, string_follow_up.follow_up, "string")
 
 
 def call_site_follow_up_edit(request: NextEditRequest) -> NextEdit | None:

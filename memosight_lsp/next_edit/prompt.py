@@ -4,9 +4,10 @@ The model sees the buffer's recent edits and a window of the buffer, and writes 
 with the edit it expects next, then an end marker. Four formats:
 
 - chat: instruction-tuned models (a chat template in the tokenizer, or ChatML tokens in the
-  vocabulary: Qwen2.5-Coder-Instruct and kin). The edits as a unified diff and the instruction
-  are the user turn; the answer is started with the code fence, so the model's first tokens are
-  the window's, and the closing fence ends it.
+  vocabulary: Qwen2.5-Coder-Instruct and kin). The instruction is the system turn, the same in
+  every request (`NextEditPrompt.head`); the edits as a unified diff, the window and a one-line
+  request are the user turn; the answer is started with the code fence, so the model's first
+  tokens are the window's, and the closing fence ends it.
 - plain: base models. The diff, the window before, and the start of the window after, in
   comment-like headers; the end marker follows the window before, so a model that copies ends
   where the window ends.
@@ -49,12 +50,15 @@ PLAIN_END = "<|end_of_window|>"
 CHAT_END = "```"
 MAX_DIFF_LINES = 12  # per edit, each side
 SYSTEM = "You are a code editor. You predict the next edit a programmer makes."
+# In the system turn, before anything that changes: the same tokens start every request, and
+# their keys and values are kept once (NextEditPrompt.head).
 INSTRUCTION = (
-    "Predict the edit the programmer makes next, given their recent edits: for example the same "
-    "change at the next place it is needed. Rewrite the code above with that edit applied and "
-    "every other line unchanged. If no further edit is needed, repeat the code unchanged. Answer "
-    "with the code only, in one code block."
+    "Given the programmer's recent edits and the code they are editing, predict the edit they "
+    "make next: for example the same change at the next place it is needed. Rewrite the code "
+    "with that edit applied and every other line unchanged. If no further edit is needed, "
+    "repeat the code unchanged. Answer with the code only, in one code block."
 )
+REQUEST = "Rewrite the code above with the next edit applied."
 CHATML_START, CHATML_END = "<|im_start|>", "<|im_end|>"
 
 # Zeta (zeta1): the words and markers it was trained on.
@@ -82,6 +86,9 @@ class NextEditPrompt:
     strip: tuple[str, ...] = ()
     # Strings a serving engine stops at (the end first; at most four, the OpenAI API's limit).
     stops: tuple[str, ...] = ()
+    # Characters at the start of `text` that are the same in every prompt of this family for
+    # the model (the instructions): their keys and values can be kept once and reused.
+    head: int = 0
 
     def draft_text(self, window: str) -> str:
         """What the model writes when it changes nothing: the draft of the rewrite."""
@@ -228,9 +235,12 @@ def _chat(traits: ModelTraits, given: PromptInput) -> NextEditPrompt:
     diff = compact_diff(given.edits, given.path)
     user = (
         f"My recent edits to {given.path or 'this file'}:\n```diff\n{diff}```\n\n"
-        f"The code I am editing:\n```{given.language}\n{given.window}```\n\n{INSTRUCTION}"
+        f"The code I am editing:\n```{given.language}\n{given.window}```\n\n{REQUEST}"
     )
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+    messages = [
+        {"role": "system", "content": f"{SYSTEM} {INSTRUCTION}"},
+        {"role": "user", "content": user},
+    ]
     head = traits.template(messages) if traits.template is not None else None
     if head is None:  # ChatML, as Qwen's template writes it
         head = "".join(f"{CHATML_START}{m['role']}\n{m['content']}{CHATML_END}\n" for m in messages)
@@ -240,6 +250,7 @@ def _chat(traits: ModelTraits, given: PromptInput) -> NextEditPrompt:
         end=CHAT_END,
         family="chat",
         stops=(CHAT_END, CHATML_END),
+        head=max(0, head.find(user)),  # up to the user's words: the system turn and more
     )
 
 

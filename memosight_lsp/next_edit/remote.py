@@ -7,7 +7,7 @@ client, health and backoff: greedy, at most the window's tokens + a quarter + 16
 engine's /tokenize where it has one), stopping at the prompt's end marker, and by
 completion.maxWaitMs with the text so far. The engine applies no chat template to a raw prompt,
 so the prompt family is picked from the served model's name and vocabulary
-(next_edit_prompt.choose_family: ChatML text for a ChatML model, else plain, unless the model
+(prompt.choose_family: ChatML text for a ChatML model, else plain, unless the model
 is made for next edits). An engine that is down, too slow or refuses answers empty with a
 reason; nothing here raises on what the engine sends.
 """

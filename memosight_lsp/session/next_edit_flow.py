@@ -3,8 +3,9 @@
 
 A rename follow-up (the last edit renamed an identifier) is answered at once on the event loop,
 with no model: no job, no model load, and with a serving engine too (`"source": "rename"`); so
-is a call-site follow-up (the last edit removed a parameter from a definition: the next call's
-argument deleted, `"source": "callsite"`).
+is a string follow-up (the last edit changed a string constant the scope holds again: the next
+one changed the same way, `"source": "string"`) and a call-site follow-up (the last edit removed
+a parameter from a definition: the next call's argument deleted, `"source": "callsite"`).
 Every other edit is the model's: the local model's rewrite (NextEditor), or with model.backend
 the serving engine's (next_edit/remote.py), in the prompt format of
 nextEdit.promptFormat.
@@ -33,6 +34,7 @@ from memosight_lsp.next_edit.predict import (
     NextEditRequest,
     call_site_follow_up_edit,
     rename_follow_up_edit,
+    string_follow_up_edit,
 )
 from memosight_lsp.next_edit.remote import RemoteNextEditor
 from memosight_lsp.pipeline.engine_backend import EngineBackend
@@ -158,6 +160,10 @@ class NextEditFlow:
         follow_up = rename_follow_up_edit(request)
         if follow_up is not None:  # the last edit was a rename: no model needed
             self.stats.count("nextEditRenames")
+            return answer_of(index, codec, follow_up)
+        follow_up = string_follow_up_edit(request)
+        if follow_up is not None:  # a string constant changed: its other uses, no model needed
+            self.stats.count("nextEditStrings")
             return answer_of(index, codec, follow_up)
         follow_up = call_site_follow_up_edit(request)
         if follow_up is not None:  # a parameter removed: its calls updated, no model needed

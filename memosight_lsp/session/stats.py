@@ -48,10 +48,11 @@ class ServerStats:
         "engineUnavailable",
         "engineCachedTokens",
         "enginePrefilledTokens",
-        # memosight/nextEdit: requests, those answered by a rename's or a removed parameter's
-        # follow-up (no model), and the model rewrites run for the rest.
+        # memosight/nextEdit: requests, those answered by a rename's, a string constant's or a
+        # removed parameter's follow-up (no model), and the model rewrites run for the rest.
         "nextEditRequests",
         "nextEditRenames",
+        "nextEditStrings",
         "nextEditCallSites",
         "nextEditModelCalls",
     )
