@@ -11,6 +11,7 @@ edited dropped first.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 MAX_EDITS = 8
@@ -75,6 +76,25 @@ def whole_lines(text: str, start: int, end: int) -> tuple[int, str]:
     last = text.find("\n", end)
     last = len(text) if last == -1 else last
     return text.count("\n", 0, first), text[first:last]
+
+
+def changed_line(text: str, edits: Sequence[Edit]) -> tuple[int, list[str], str] | None:
+    """(offset of the line, its texts before the last edits on it, the longest run first, its
+    text now) when the last edit changed one line that the document still holds as it left it."""
+    last = edits[-1]
+    now = last.after
+    line_start = text.rfind("\n", 0, last.start) + 1
+    line_end = line_start + len(now)
+    if "\n" in now or "\n" in last.before or text[line_start:line_end] != now:
+        return None
+    if text[line_end : line_end + 1] not in ("", "\n", "\r"):
+        return None  # the line was cut (MAX_EDIT_CHARS)
+    befores = [last.before]
+    for earlier, later in zip(reversed(edits[:-1]), reversed(edits[1:]), strict=True):
+        if earlier.line != later.line or earlier.after != later.before or "\n" in earlier.before:
+            break
+        befores.append(earlier.before)
+    return line_start, befores[::-1], now
 
 
 class EditHistory:

@@ -41,7 +41,7 @@ import tree_sitter as ts
 
 from memosight_lsp.workspace.languages import LanguageSpec, language_for, parser
 
-from .edit_history import Edit, common_prefix, common_suffix
+from .edit_history import Edit, changed_line, common_prefix, common_suffix
 
 MAX_PARSE_BYTES = 1_000_000  # beyond this the lexical check decides (a parse would be slow)
 DOLLAR_LANGUAGES = frozenset(
@@ -116,22 +116,11 @@ def renamed(text: str, edits: Sequence[Edit], language_id: str | None = None) ->
     from the line the one before left: a name erased key by key is several edits to EditHistory,
     erasing goes back past where an edit began) down to the last edit alone. `text` is the
     document now (else None: the edits are out of date)."""
-    if not edits:
+    changed = changed_line(text, edits) if edits else None
+    if changed is None:
         return None
-    last = edits[-1]
-    now = last.after
-    line_start = text.rfind("\n", 0, last.start) + 1
-    line_end = line_start + len(now)
-    if "\n" in now or "\n" in last.before or text[line_start:line_end] != now:
-        return None
-    if text[line_end : line_end + 1] not in ("", "\n", "\r"):
-        return None  # the line was cut (MAX_EDIT_CHARS)
-    befores = [last.before]
-    for earlier, later in zip(reversed(edits[:-1]), reversed(edits[1:]), strict=True):
-        if earlier.line != later.line or earlier.after != later.before or "\n" in earlier.before:
-            break
-        befores.append(earlier.before)
-    for before in reversed(befores):  # the longest run first
+    line_start, befores, now = changed
+    for before in befores:  # the longest run first
         found = renamed_in_line(before, now, language_id)
         if found is not None:
             left, old, new = found

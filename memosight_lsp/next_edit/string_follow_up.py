@@ -26,7 +26,7 @@ import tree_sitter as ts
 
 from memosight_lsp.workspace.languages import language_for, parser
 
-from .edit_history import Edit, common_prefix, common_suffix
+from .edit_history import Edit, changed_line, common_prefix, common_suffix
 from .rename_follow_up import MAX_PARSE_BYTES, ByteOffsets, rename_scope
 
 QUOTES = ("'", '"')
@@ -111,25 +111,6 @@ def follow_up(
         earlier = sorted((p for p in places if p < cursor), reverse=True)
         return FollowUp(change=change, places=later + earlier)
     return None
-
-
-def changed_line(text: str, edits: Sequence[Edit]) -> tuple[int, list[str], str] | None:
-    """(offset of the line, its texts before the last edits on it, the longest run first, its
-    text now) when the last edit changed one line that the document still holds as it left it."""
-    last = edits[-1]
-    now = last.after
-    line_start = text.rfind("\n", 0, last.start) + 1
-    line_end = line_start + len(now)
-    if "\n" in now or "\n" in last.before or text[line_start:line_end] != now:
-        return None
-    if text[line_end : line_end + 1] not in ("", "\n", "\r"):
-        return None  # the line was cut (MAX_EDIT_CHARS)
-    befores = [last.before]
-    for earlier, later in zip(reversed(edits[:-1]), reversed(edits[1:]), strict=True):
-        if earlier.line != later.line or earlier.after != later.before or "\n" in earlier.before:
-            break
-        befores.append(earlier.before)
-    return line_start, befores[::-1], now
 
 
 def is_literal(node: ts.Node) -> bool:
