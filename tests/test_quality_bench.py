@@ -53,6 +53,16 @@ def test_random_cases_come_from_the_roots_files(root: Path) -> None:
     assert quality.random_cases([root], 5, seed=1) == cases
 
 
+def test_no_case_comes_from_a_generated_file(root: Path) -> None:
+    generated = "# THIS IS A GENERATED FILE, DO NOT EDIT.\n" + APP.replace("util", "gen_util")
+    (root / "gen_util.py").write_text(UTIL)
+    (root / "generated.py").write_text(generated)
+    cases = quality.random_cases([root], 40, seed=1) + quality.cross_file_cases([root], 10, seed=0)
+    assert {Path(c.case.path).name for c in cases} == {"app.py"}
+    (root / "generated.py").write_text(generated.replace("DO NOT EDIT", "edit freely"))
+    assert "generated.py" in {Path(c.case.path).name for c in quality.random_cases([root], 40, 1)}
+
+
 def test_strategies_parse_into_settings_and_packing() -> None:
     assert quality.parse_strategy("file").cross_file is False
     assert quality.parse_strategy("default").packing is None  # the settings' own

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import itertools
 import json
 import random
@@ -101,7 +102,13 @@ def package_roots(names: Sequence[str]) -> list[Path]:
 
 def cross_file_cases(roots: Sequence[Path], count: int, seed: int) -> list[QualityCase]:
     """`count` seeded call lines into other files of the same package, over all the roots."""
-    pool = [(root, c) for root in roots for c in context_recall.find_cases(root)]
+    written = functools.cache(hand_written)
+    pool = [
+        (root, c)
+        for root in roots
+        for c in context_recall.find_cases(root)
+        if written(root / c.rel)
+    ]
     rng = random.Random(seed)
     out = []
     for root, callee in rng.sample(pool, min(count, len(pool))):
@@ -116,9 +123,24 @@ def cross_file_cases(roots: Sequence[Path], count: int, seed: int) -> list[Quali
     return out
 
 
+def hand_written(path: Path) -> bool:
+    """Not a generated file (`DO NOT EDIT` near its top): nobody types in one, and the server
+    completes none, so no case is taken from it."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            return not language_cases.generated(f.read(2000))
+    except OSError:
+        return False
+
+
 def random_cases(roots: Sequence[Path], count: int, seed: int) -> list[QualityCase]:
     """`count` seeded random lines of the roots' files (model_quality.sample_cases)."""
-    files = [f for root in roots for f in sorted(root.rglob("*.py")) if f.stat().st_size > 2000]
+    files = [
+        f
+        for root in roots
+        for f in sorted(root.rglob("*.py"))
+        if f.stat().st_size > 2000 and hand_written(f)
+    ]
     out = []
     for case in model_quality.sample_cases(files, count, seed):
         root = next(r for r in roots if Path(case.path).is_relative_to(r))
