@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import machine
+from . import atomic_file, machine
 from .row_kernels import COPY, FEW_ROWS, LINEAR, TRANSPOSED
 
 log = logging.getLogger(__name__)
@@ -68,13 +68,9 @@ def write(entry_key: str, calibration: Calibration) -> None:
     while len(entries) > MAX_ENTRIES:
         entries.pop(next(iter(entries)))
     path = cache_file()
-    temp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp.write_text(json.dumps(entries, indent=2) + "\n")
-        os.replace(temp, path)
+        atomic_file.write_json(path, entries)
     except OSError as err:
-        temp.unlink(missing_ok=True)
         log.warning("cannot keep the calibration in %s: %s", path, err)
 
 

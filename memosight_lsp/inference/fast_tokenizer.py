@@ -27,6 +27,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from . import atomic_file
+
 log = logging.getLogger(__name__)
 
 # Bump when the entry's layout or the check changes: older entries are then built again.
@@ -230,10 +232,7 @@ def _write(path: Path, content: dict[str, Any] | str) -> bool:
     """Atomically (a reader sees the old file or the new one), and never fatal."""
     text = content if isinstance(content, str) else json.dumps(content)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        temp.write_text(text, encoding="utf-8")
-        os.replace(temp, path)
+        atomic_file.write_text(path, text)
     except OSError as err:
         log.info("cannot keep the tokenizer at %s: %s", path, err)
         return False

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import atomic_file
 from .quantize import Int4Grid, Kind, MixedPlan
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def file_digest(path: Path) -> str:
             digest.update(chunk)
     value = digest.hexdigest()
     known[key] = value
-    _write_json_atomic(memo, known)
+    atomic_file.write_json(memo, known)
     return value
 
 
@@ -271,7 +272,7 @@ def _convert(source: Path, digest: str, folder: Path, progress: Progress):
         config.dtype = dtype
         config.save_pretrained(work)
         summary = _summary(reader, source, digest, config)
-        _write_json_atomic(
+        atomic_file.write_json(
             work / SOURCE_FILE,
             {
                 "file": summary.file,
@@ -391,7 +392,7 @@ def _write_weights(reader: Any, config: Any, dtype: torch.dtype, work: Path, pro
             f"the GGUF file lacks {len(missing)} weights the architecture needs "
             f"(e.g. {sorted(missing)[0]})"
         )
-    _write_json_atomic(
+    atomic_file.write_json(
         work / "model.safetensors.index.json", {"metadata": {}, "weight_map": weight_map}
     )
 
@@ -473,13 +474,6 @@ def _read_json(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    temp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(temp, path)
 
 
 def _one_line(err: BaseException) -> str:

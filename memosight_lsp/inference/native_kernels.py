@@ -344,6 +344,8 @@ def _clear(folder: Path) -> None:
 
 
 def _write_json(path: Path, data: dict) -> None:
+    # Its own writer, not atomic_file.py: the build child runs this file alone (_BOOTSTRAP),
+    # outside the package, so it imports nothing of it.
     temp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     temp.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(temp, path)

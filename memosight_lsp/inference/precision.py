@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from . import machine
+from . import atomic_file, machine
 from .fused_trunk import prepare_trunk
 from .kv_cache import new_cache
 from .quantize import Quantization, QuantizedEmbedding, QuantizedLinear, native_layout
@@ -501,9 +501,6 @@ def _read_cache() -> dict[str, Any]:
 def _write_cache(entries: dict[str, Any]) -> None:
     path = _cache_file()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        temp.write_text(json.dumps(entries, indent=2) + "\n")
-        os.replace(temp, path)
+        atomic_file.write_json(path, entries)
     except OSError as err:  # a read-only cache: measure again next time
         log.warning("cannot save the precision choice to %s: %s", path, err)

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import llama_family
+from . import atomic_file, llama_family
 from .quantize import (
     QuantizedEmbedding,
     QuantizedLinear,
@@ -145,12 +145,9 @@ def keep_config(path: Path, config: Any) -> None:
     if _kept_version(target) == version:
         return
     kept = {"transformers": version, "config": config.to_dict()}
-    temp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     try:
-        temp.write_text(json.dumps(kept))
-        os.replace(temp, target)
+        atomic_file.write_json(target, kept, indent=None)
     except (OSError, TypeError, ValueError) as err:
-        temp.unlink(missing_ok=True)
         log.warning("cannot keep the model's config in %s: %s", target, err)
 
 
