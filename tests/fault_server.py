@@ -17,6 +17,7 @@ Environment:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import resource
 import signal
@@ -44,12 +45,19 @@ def install_forward_fault(control: Path) -> None:
         except OSError:
             return ""
 
+    # Found by module name, not a path literal: a move of the module must not silently let the
+    # timings take the fault meant for a request (that made the tests flaky once).
+    spec = importlib.util.find_spec("memosight_lsp.pipeline.calibration")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("fault_server: memosight_lsp.pipeline.calibration not found")
+    calibration_file = spec.origin
+
     def timing() -> bool:
         """Whether this call is the model's timings (pipeline/calibration.py), which run
         whenever the worker is idle after an answer: faults are meant for requests."""
         frame = sys._getframe(2)
         while frame is not None:
-            if frame.f_code.co_filename.endswith(os.path.join("completion", "calibration.py")):
+            if frame.f_code.co_filename == calibration_file:
                 return True
             frame = frame.f_back
         return False
