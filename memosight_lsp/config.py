@@ -13,7 +13,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 Device = Literal["auto", "cpu", "cuda"]
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
-Quantization = Literal["auto", "none", "int8", "int4"]
+Quantization = Literal["auto", "none", "int8", "int4", "gguf"]
 # Where completions are computed: in this process, or by a serving engine over HTTP.
 BackendName = Literal["local", "vllm", "llama.cpp", "ollama", "openai"]
 MultilinePolicy = Literal["auto", "always", "never"]
@@ -34,7 +34,10 @@ class ModelSettings:
     # auto: bfloat16 on CUDA; on a CPU the fastest of float32 / bfloat16 / int8 for this model,
     # measured once per machine (inference/precision.py).
     dtype: Dtype = "auto"
-    quantization: Quantization = "auto"  # weight-only int8 / int4 of the linear layers (CPU)
+    # Weight-only int8 / int4 of the linear layers (CPU). gguf: a .gguf file's own mix (each
+    # weight int8 or int4 as the file stores it: what auto measures for one); on a model that is
+    # not a GGUF file it means auto, with a warning (inference/loading.py).
+    quantization: Quantization = "auto"
     fim_format: str = "auto"  # auto, none, qwen, starcoder, deepseek, codellama, codegemma
     # A serving engine instead of the in-process model (engines/): its base URL (None: the
     # engine's default port on 127.0.0.1), the model it serves (None: the one it serves),

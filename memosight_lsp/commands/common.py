@@ -45,7 +45,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "--quantization",
         default=defaults.quantization,
         choices=get_args(Quantization),
-        help="weight-only quantization of the linear layers on a CPU (auto: measured)",
+        help="weight-only quantization of the linear layers on a CPU (auto: measured; "
+        "gguf: a .gguf file's own mix of int8 and int4)",
     )
     group.add_argument(
         "--fim-format",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
 import os
@@ -209,6 +210,7 @@ def load_model(
     tokenizer = load_tokenizer(folder)
     config = functools.cache(lambda: read_config(folder))  # read when a load needs it
     origin = gguf.summary_of(folder)
+    asked, note = _gguf_only(asked, origin, path, dtype, torch_device)
 
     @functools.cache
     def plan() -> MixedPlan:
@@ -246,6 +248,8 @@ def load_model(
     chosen = asked or precision.choose(
         folder, load, tokenizer, progress=progress, remeasure=remeasure, mix=mix
     )
+    if note:
+        chosen = dataclasses.replace(chosen, reason=f"{chosen.reason}; {note}")
     model, num_parameters = _load_weights(
         folder,
         _kept_config(folder, chosen) or config(),
@@ -284,6 +288,24 @@ def load_model(
         runs_native=runs_native,
         model_digest=precision.model_digest(folder),
     )
+
+
+def _gguf_only(
+    asked: precision.Precision | None,
+    origin: gguf.GgufSummary | None,
+    path: str | os.PathLike | None,
+    dtype: str,
+    device: torch.device,
+) -> tuple[precision.Precision | None, str | None]:
+    """What the settings ask of this model, and a note for its precision's reason. Quantization
+    "gguf" keeps a GGUF file's own mix; a setting outlives the model it was chosen for (auto's
+    pick, the embedded fallback), so on any other model it means auto, with one warning."""
+    if asked is None or asked.quantization != "gguf" or origin is not None:
+        return asked, None
+    model = "the embedded model" if path is None else str(path)
+    note = f"quantization gguf applies to GGUF files only ({model} is not one): loaded as auto"
+    log.warning("%s", note)
+    return precision.explicit(dtype, "auto", device), note
 
 
 def read_config(folder: Path) -> Any:
