@@ -87,6 +87,14 @@ def test_models_names_the_native_kernels_for_a_quantized_model(tiny_model_dir):
     assert info["kernels"].startswith(expected)
 
 
+def test_models_takes_gguf_and_says_it_means_auto_on_a_folder(tiny_model_dir):
+    result = memosight("models", "--model", str(tiny_model_dir), "--quantization", "gguf", "--json")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["precision"] == "float32"  # auto's choice for a small model
+    assert "quantization gguf applies to GGUF files only" in info["precisionReason"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -53,6 +53,14 @@ def test_invalid_values_fall_back_to_defaults_with_reasons():
         assert where in text
 
 
+def test_quantization_takes_gguf_and_names_an_unknown_value():
+    settings, problems = parse_settings({"model": {"quantization": "gguf"}})
+    assert settings.model.quantization == "gguf" and problems == []
+    settings, problems = parse_settings({"model": {"quantization": "q4_k_m"}})
+    assert settings.model.quantization == "auto"
+    assert len(problems) == 1 and "model.quantization" in problems[0], problems
+
+
 def test_language_switch():
     settings, _ = parse_settings({"languages": {"markdown": False}})
     assert not settings.language_enabled("markdown")

@@ -133,3 +133,49 @@ def test_auto_measures_the_files_own_mix_under_its_own_key(mixed_gguf, monkeypat
     saved = json.loads((tmp_path / "cache" / "memosight" / "precision.json").read_text())
     (key,) = saved
     assert key.endswith(f"|gguf {gguf_files.mix_rule()}")
+
+
+def test_gguf_asked_for_is_what_auto_chose_and_shares_its_kept_form(
+    mixed_gguf, monkeypatch, tmp_path
+):
+    path, tokenizer = mixed_gguf
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    monkeypatch.setattr(precision, "SMALL_MODEL_BYTES", 0)
+    # auto's timing picks among float32, bfloat16 and the mix: here it must pick the mix.
+    monkeypatch.setattr(
+        precision, "_best", lambda measured: next(m for m in measured if m.quantization == "gguf")
+    )
+    ids = torch.tensor([tokenizer.encode(CODE, add_special_tokens=False)])  # [1, S]
+
+    def weights_and_logits(loaded) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        weights = {
+            name: module.quantized.dequantized()
+            for name, module in loaded.model.named_modules()
+            if isinstance(module, QuantizedLinear)
+        }
+        with torch.no_grad():
+            return weights, loaded.model(ids).logits[0].float()  # [S, V]
+
+    def kept() -> list[str]:
+        return sorted(
+            p.name for p in (tmp_path / "cache" / "memosight" / "quantized").glob("*.safetensors")
+        )
+
+    auto = load_model(path, device="cpu")
+    assert (auto.dtype, auto.precision.quantization) == (torch.bfloat16, "gguf")
+    assert "measured" in auto.precision.reason
+    kept_by_auto = kept()
+    asked = load_model(path, device="cpu", quantization="gguf")
+    assert (asked.dtype, asked.precision.quantization) == (torch.bfloat16, "gguf")
+    assert asked.precision.reason == "asked for"
+    assert kept() == kept_by_auto  # the same weights, kept once
+    # Made afresh from the file, without auto's kept form: the same weights and logits still.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "fresh"))
+    fresh = load_model(path, device="cpu", quantization="gguf")
+    want_weights, want_logits = weights_and_logits(auto)
+    for loaded in (asked, fresh):
+        weights, logits = weights_and_logits(loaded)
+        assert weights.keys() == want_weights.keys() and weights
+        for name, weight in weights.items():
+            assert torch.equal(weight, want_weights[name]), name
+        assert torch.equal(logits, want_logits)

@@ -55,6 +55,23 @@ def test_bad_values_are_one_clear_error(tiny_model_dir):
         load_model(tiny_model_dir, device="cpu", dtype="float8")
 
 
+@pytest.mark.parametrize(("dtype", "want"), [("auto", torch.float32), ("bfloat16", torch.bfloat16)])
+def test_gguf_on_a_model_that_is_no_gguf_file_is_auto_with_one_warning(
+    tiny_model_dir, monkeypatch, caplog, dtype, want
+):
+    # A setting outlives the model it was chosen for (auto's pick, the embedded fallback).
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    with caplog.at_level("WARNING", logger="memosight_lsp"):
+        loaded = load_model(tiny_model_dir, device="cpu", dtype=dtype, quantization="gguf")
+    as_auto = load_model(tiny_model_dir, device="cpu", dtype=dtype, quantization="auto")
+    assert (loaded.dtype, loaded.precision.quantization) == (want, "none")
+    assert (as_auto.dtype, as_auto.precision.quantization) == (want, "none")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    note = f"quantization gguf applies to GGUF files only ({tiny_model_dir} is not one)"
+    assert len(warnings) == 1 and warnings[0].startswith(note), warnings
+    assert note in loaded.precision.reason  # `memosight models` says so too
+
+
 def test_a_small_model_stays_float32_without_measuring(tiny_model_dir, monkeypatch, tmp_path):
     monkeypatch.setattr(precision, "native_bf16", lambda: True)
     loaded = load_model(tiny_model_dir, device="cpu")
