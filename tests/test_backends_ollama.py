@@ -139,3 +139,27 @@ def test_a_completion_through_ollama_is_post_processed_like_any_other():
     assert completion.stats["engine"]["prefilledTokens"] == 12
     # The blank before the cursor is backed off (token healing) and written by the model.
     assert sent["prompt"].endswith("return<|fim_suffix|>\n<|fim_middle|>")
+
+
+def test_on_a_blank_line_an_engine_is_not_stopped_by_its_first_line_break():
+    # After a function, on the empty line: the model leaves a blank line first, then writes.
+    answer = [
+        {"model": "m", "response": "\n", "done": False},
+        {"model": "m", "response": "def sub", "done": False},
+        {"model": "m", "response": "(a, b):\n", "done": False},
+        ANSWER[-1],
+    ]
+    with FakeEngine(ollama(show(QWEN_VOCAB), answer)) as engine:
+        remote = EngineBackend(OllamaClient(engine.url), timeout_s=2)
+        completion = remote.complete(
+            CompletionRequest(text="def add(a, b):\n    return a + b\n\n", line=2, column=0)
+        )
+        sent = engine.bodies("/api/generate")[0]
+    assert completion.text == "def sub(a, b):"
+    assert "\n" not in sent["options"]["stop"]
+    # Mid-line (after code) the engine is told to stop at the line's end, as before.
+    with FakeEngine(ollama(show(QWEN_VOCAB), ANSWER)) as engine:
+        EngineBackend(OllamaClient(engine.url), timeout_s=2).complete(
+            CompletionRequest(text="def add(a, b):\n    return \n", line=1, column=11)
+        )
+        assert "\n" in engine.bodies("/api/generate")[0]["options"]["stop"]

@@ -109,3 +109,31 @@ def test_partial_shows_whole_words_and_lines():
     assert postprocess.partial("value + other\nnext", LINE, False) == "value + other"
     block = "total = 0\n    for val"
     assert postprocess.partial(block, BLOCK, True) == "total = 0\n    for"
+
+
+# spdlog's hourly_file_sink.h, the cursor on the empty line after a template head: Qwen2.5-Coder
+# writes a line break first there (a blank line above its code), which used to end the answer.
+TEMPLATE_HEAD = describe_cursor(
+    "template<typename Factory = spdlog::synchronous_factory>\n", "\n", language="cpp"
+)
+INDENTED_BLANK = describe_cursor("def f(values):\n    total = 0\n    ", "\n", language="python")
+
+
+def test_on_a_blank_line_the_models_leading_line_breaks_are_skipped() -> None:
+    raw = "\n\ninline std::shared_ptr<logger> hourly_logger_mt(const std::string &name)\n"
+    assert not postprocess.should_stop("\n", TEMPLATE_HEAD, False)
+    assert not postprocess.should_stop("\n\ninline std::shared_ptr", TEMPLATE_HEAD, False)
+    assert postprocess.should_stop(raw, TEMPLATE_HEAD, False)
+    shown = "inline std::shared_ptr<logger> hourly_logger_mt(const std::string &name)"
+    assert postprocess.finish(raw, TEMPLATE_HEAD, False) == shown
+    # The model's indentation of the next line is the cursor's own, as for any line.
+    assert postprocess.finish("\n    return total\n", INDENTED_BLANK, False) == "return total"
+    assert postprocess.partial("\n    return tot", INDENTED_BLANK, False) == "return"
+    assert postprocess.finish("\n\n\n", INDENTED_BLANK, False) == ""  # nothing but breaks
+
+
+def test_a_line_break_after_code_on_the_line_still_ends_the_answer() -> None:
+    assert postprocess.should_stop("\n", LINE, False)  # `total = |`: the line is done
+    assert postprocess.finish("\nsum(values)\n", LINE, False) == ""
+    # A block keeps its first line break as before: the body starts on the next line.
+    assert postprocess.finish("\n    x = 1\n", INDENTED_BLANK, True) == "\n    x = 1"

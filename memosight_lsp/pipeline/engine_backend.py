@@ -231,7 +231,9 @@ class EngineBackend:
             prompt=pieces,
             max_tokens=request.max_new_tokens,
             deadline=until,
-            stop=() if multiline else ("\n",),
+            # On a blank line the model's leading line breaks are skipped (postprocess), so
+            # the engine must not stop at them: should_stop ends the stream instead.
+            stop=() if multiline or postprocess.on_blank_line(situation) else ("\n",),
         )
         try:
 

@@ -40,6 +40,24 @@ def first_line_done(text: str) -> bool:
     return "\n" in text
 
 
+def on_blank_line(situation: CursorSituation) -> bool:
+    """The cursor's line holds nothing but whitespace."""
+    return not situation.line_prefix.strip() and not situation.line_suffix.strip()
+
+
+def skip_blank_start(text: str, situation: CursorSituation) -> str:
+    """A one-line completion on a blank line starts at the model's first code: the line breaks
+    it writes first (a blank line it would leave above its code) are skipped. Stopping at them
+    instead answers empty, and a person waiting on an empty line sees nothing at all."""
+    if not on_blank_line(situation):
+        return text
+    while True:  # each turn drops one line: ends with the text
+        head, newline, rest = text.partition("\n")
+        if not newline or head.strip():
+            return text
+        text = rest
+
+
 def block_end(text: str, situation: CursorSituation) -> int | None:
     """Offset where a block completion should end: a line dedented below the block, or the cap."""
     lines = text.split("\n")
@@ -66,7 +84,7 @@ def should_stop(text: str, situation: CursorSituation, multiline: bool) -> bool:
     if loop_start(text) is not None:
         return True  # a degenerate loop never ends by itself
     if not multiline:
-        return first_line_done(text)
+        return first_line_done(skip_blank_start(text, situation))
     if situation.language in BRACE_LANGUAGES:
         closing = closing_line(text, situation.language)
         if closing is not None and "\n" in text[closing:]:
@@ -246,6 +264,8 @@ def drop_repetition(text: str) -> str:
 
 
 def finish(text: str, situation: CursorSituation, multiline: bool) -> str:
+    if not multiline:
+        text = skip_blank_start(text, situation)
     if statement_in_expression(text, situation):
         return ""
     text = cut_loop(text)
@@ -269,6 +289,8 @@ def partial(text: str, situation: CursorSituation, multiline: bool) -> str:
     """What a decoding still under way has verified, shown up to where it makes sense: the end of
     its last whole line, else of its last whole word (the next token may continue a word), then
     trimmed as a finished completion would be."""
+    if not multiline:
+        text = skip_blank_start(text, situation)
     if not multiline and "\n" in text:
         return finish(text, situation, multiline)  # the line is done
     line_start = text.rfind("\n") + 1
