@@ -126,6 +126,16 @@ class NextEdit:
             "stopReason": self.stop_reason,
             "complete": self.complete,
             "unwrittenTokens": self.unwritten_tokens,
+            # The local model's: prompt tokens taken from the buffer's kept cache, and of those
+            # the ones the pause's pre-warm prefilled (local.py, NextEditor.prewarm).
+            **(
+                {
+                    "reusedTokens": self.stats["reusedPromptTokens"],
+                    "prewarmedTokens": self.stats.get("prewarmedTokens", 0),
+                }
+                if "reusedPromptTokens" in self.stats
+                else {}
+            ),
             **{
                 k: self.stats[k]
                 for k in ("tokensPerPass", "acceptedBySource", "acceptedDraftTokens", "engine")
@@ -387,6 +397,14 @@ def _follow_up_edit(
         stats={source: found.describe()},
         total_ms=(time.perf_counter() - started) * 1000,
     )
+
+
+def cursor_after(edits: Sequence[Edit]) -> int | None:
+    """Where the cursor is after the last edit (document offset): the end of its new text, what
+    the user typed last; None without edits. The request after a pause is expected there."""
+    if not edits:
+        return None
+    return edits[-1].start + len(edits[-1].new)
 
 
 def cursor_of(request: NextEditRequest) -> int:
