@@ -78,12 +78,7 @@ def test_a_prewarm_stopped_after_a_chunk_keeps_it_and_the_rewrite_is_the_same(ti
         cold = NextEditor(loaded, FLAT_COST).predict(REQUEST)
         editor = NextEditor(loaded, FLAT_COST)
         polls: list[bool] = []
-
-        def cancelled() -> bool:
-            polls.append(True)
-            return True
-
-        done = editor.prewarm(REQUEST, cancelled=cancelled)
+        done = editor.prewarm(REQUEST, cancelled=lambda polls=polls: polls.append(True) or True)
         assert done["cancelled"] and len(polls) == 1, name  # polled between two chunks only
         assert done["prefilledTokens"] == PREWARM_CHUNK, name
         warm = editor.predict(REQUEST)
