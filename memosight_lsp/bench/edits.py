@@ -500,6 +500,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     variants = [(mode, pause) for mode in modes for pause in pauses]
     last_pause = pauses[-1]
     by_pause: dict[str, Any] = {"compared": 0, "sameTokens": 0, "sameProposals": 0, "differ": []}
+    per_case: list[dict[str, Any]] = []  # the last variant's answer per case (runs compared)
     cases = make_cases(args.cases, args.seed, tuple(args.kinds.split(",")))
     kinds: dict[str, Any] = {}
     speed = {"draftTokens": 0, "draftMs": 0.0, "plainTokens": 0, "plainMs": 0.0}
@@ -526,6 +527,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 answers[mode, pause] = after_pause(editor, asked, args.model_only, pause)
                 tallies[mode, pause].add(case, answers[mode, pause])
             results = {mode: answers[mode, last_pause] for mode in modes}
+            answer = answers[modes[-1], last_pause]
+            per_case.append(
+                {
+                    "kind": kind,
+                    "path": case.path,
+                    "line": case.cursor_line,
+                    "proposed": [(case.after[h.start : h.end], h.new_text) for h in answer.hunks],
+                    "stopReason": answer.stop_reason,
+                    "newTokens": answer.new_tokens,
+                    "latencyMs": round(answer.total_ms, 1),
+                }
+            )
             first, last = answers[modes[-1], pauses[0]], answers[modes[-1], last_pause]
             if len(pauses) > 1 and last.source == "model":
                 by_pause["compared"] += 1
@@ -618,6 +631,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "tokensPerSecondPlain": round(plain_rate, 1) if plain_rate else None,
             "speedup": round(draft_rate / plain_rate, 2) if draft_rate and plain_rate else None,
         },
+        "cases": per_case,
         "costModelMs": costs.costs if costs else None,
         "seconds": round(time.perf_counter() - started, 1),
     }
