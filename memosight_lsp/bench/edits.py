@@ -39,10 +39,12 @@ the next-edit prompt started (session/next_edit_flow.py: NextEditor.prewarm on t
 expected with the cursor at the end of the edit, in a thread as on the model worker), N ms
 waited, then the request, which cancels the pre-warm (waiting for its chunk) and is timed from
 there: what the user waits after the pause. 0: no pre-warm (the request right after the edit).
-Several: each case predicted after each pause (own buffers, the order turned every other case);
-the last is the kinds' row, the others under `byPauseMs`, and `pauseCompared` says how many of
-the model's answers had the same tokens and proposals after the first and the last pause.
 Default 500 (the editors' nextEdit.debounceMs). The local model only.
+
+Several values of `--pause-ms` or `--copy-lines` (comma-separated): each case is predicted with
+each combination (own buffers, the order turned every other case); the last of both is the
+kinds' row, the others under `others` ("500ms,8lines"), and `variantsCompared` says how many of
+the model's answers had the same tokens and the same proposals with the first and the last.
 
 `--llama-server URL`: the model's rewrite comes from that llama.cpp server instead (as the
 server's next edits with model.backend llama.cpp: next_edit/remote.py); no local
@@ -497,8 +499,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # turned every other case, so that a machine getting busier weighs on both alike).
     modes = EARLY_STOP_MODES[args.early_stop]
     pauses = [int(p) for p in str(args.pause_ms).split(",")]
-    variants = [(mode, pause) for mode in modes for pause in pauses]
-    last_pause = pauses[-1]
+    copies = [int(c) for c in str(args.copy_lines).split(",")]
+    settings = [(pause, copy) for pause in pauses for copy in copies]
+    variants = [(mode, setting) for mode in modes for setting in settings]
+    last_setting = settings[-1]
     by_pause: dict[str, Any] = {"compared": 0, "sameTokens": 0, "sameProposals": 0, "differ": []}
     per_case: list[dict[str, Any]] = []  # the last variant's answer per case (runs compared)
     cases = make_cases(args.cases, args.seed, tuple(args.kinds.split(",")))
@@ -516,18 +520,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         tallies = {variant: KindTally() for variant in variants}
         for i, case in enumerate(chosen):
             request = request_for(
-                case, args.max_wait_ms, prompt_format=args.prompt_format, copy_lines=args.copy_lines
+                case, args.max_wait_ms, prompt_format=args.prompt_format, copy_lines=copies[-1]
             )
-            answers: dict[tuple[bool, int], NextEdit] = {}
-            for mode, pause in variants if i % 2 == 0 else variants[::-1]:
+            answers: dict[tuple[bool, tuple[int, int]], NextEdit] = {}
+            for mode, (pause, copy) in variants if i % 2 == 0 else variants[::-1]:
                 # A buffer of its own per case and variant, as the server keys them: the first
                 # request of a buffer (its prompt's common head reused, not the case's own).
-                buffer_id = f"{case.path}:{case.cursor_line}#{mode}#{pause}"
-                asked = replace(request, early_stop=mode, buffer_id=buffer_id)
-                answers[mode, pause] = after_pause(editor, asked, args.model_only, pause)
-                tallies[mode, pause].add(case, answers[mode, pause])
-            results = {mode: answers[mode, last_pause] for mode in modes}
-            answer = answers[modes[-1], last_pause]
+                buffer_id = f"{case.path}:{case.cursor_line}#{mode}#{pause}#{copy}"
+                asked = replace(request, early_stop=mode, buffer_id=buffer_id, copy_lines=copy)
+                variant = (mode, (pause, copy))
+                answers[variant] = after_pause(editor, asked, args.model_only, pause)
+                tallies[variant].add(case, answers[variant])
+            results = {mode: answers[mode, last_setting] for mode in modes}
+            answer = answers[modes[-1], last_setting]
             per_case.append(
                 {
                     "kind": kind,
@@ -539,8 +544,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "latencyMs": round(answer.total_ms, 1),
                 }
             )
-            first, last = answers[modes[-1], pauses[0]], answers[modes[-1], last_pause]
-            if len(pauses) > 1 and last.source == "model":
+            first, last = answers[modes[-1], settings[0]], answer
+            if len(settings) > 1 and last.source == "model":
                 by_pause["compared"] += 1
                 by_pause["sameTokens"] += first.tokens == last.tokens
                 by_pause["sameProposals"] += first.hunks == last.hunks
@@ -598,13 +603,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 speed["draftMs"] += result.decode_ms
                 speed["plainTokens"] += plain.new_tokens
                 speed["plainMs"] += plain.decode_ms
-        kinds[kind] = tallies[modes[-1], last_pause].summary(kind, len(chosen))
+        kinds[kind] = tallies[modes[-1], last_setting].summary(kind, len(chosen))
         if len(modes) == 2:
-            kinds[kind]["withoutEarlyStop"] = tallies[False, last_pause].summary(kind, len(chosen))
-        if len(pauses) > 1:
-            kinds[kind]["byPauseMs"] = {
-                str(pause): tallies[modes[-1], pause].summary(kind, len(chosen))
-                for pause in pauses[:-1]
+            without = tallies[False, last_setting].summary(kind, len(chosen))
+            kinds[kind]["withoutEarlyStop"] = without
+        if len(settings) > 1:
+            kinds[kind]["others"] = {
+                f"{pause}ms,{copy}lines": tallies[modes[-1], (pause, copy)].summary(
+                    kind, len(chosen)
+                )
+                for pause, copy in settings[:-1]
             }
     draft_rate = speed["draftTokens"] / (speed["draftMs"] / 1000) if speed["draftMs"] else None
     plain_rate = speed["plainTokens"] / (speed["plainMs"] / 1000) if speed["plainMs"] else None
@@ -616,11 +624,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "modelOnly": args.model_only,
         "followUpsOnly": args.follow_ups_only,
         "earlyStop": args.early_stop,
-        "copyLines": args.copy_lines,
+        "copyLines": copies,
         "pauseMs": pauses,
         "kinds": kinds,
-        # --pause-ms with several: the model's answers after the first and the last pause.
-        "pauseCompared": by_pause if len(pauses) > 1 else None,
+        # Several pauses or copy bounds: the model's answers with the first and the last.
+        "variantsCompared": by_pause if len(settings) > 1 else None,
         # --early-stop both: the model's answers with and without it, case by case.
         "earlyStopCompared": both if len(modes) == 2 else None,
         "rewrite": {
@@ -668,10 +676,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--copy-lines",
-        type=int,
-        default=COPY_LINES,
+        default=str(COPY_LINES),
         help="with the early stop, end an unchanged copy this many lines below the cursor and "
-        f"the last edit (NextEditRequest.copy_lines; 0: never; default {COPY_LINES})",
+        f"the last edit (NextEditRequest.copy_lines; 0: never; default {COPY_LINES}); "
+        "comma-separated: each case with each",
     )
     parser.add_argument(
         "--pause-ms",
