@@ -503,7 +503,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = [(pause, copy) for pause in pauses for copy in copies]
     variants = [(mode, setting) for mode in modes for setting in settings]
     last_setting = settings[-1]
-    by_pause: dict[str, Any] = {"compared": 0, "sameTokens": 0, "sameProposals": 0, "differ": []}
+    by_pause: dict[str, Any] = {
+        "compared": 0,
+        "sameTokens": 0,
+        "samePrefixCutByTime": 0,  # cut by maxWaitMs at different lengths, the same up to there
+        "sameProposals": 0,
+        "differ": [],
+    }
     per_case: list[dict[str, Any]] = []  # the last variant's answer per case (runs compared)
     cases = make_cases(args.cases, args.seed, tuple(args.kinds.split(",")))
     kinds: dict[str, Any] = {}
@@ -548,6 +554,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if len(settings) > 1 and last.source == "model":
                 by_pause["compared"] += 1
                 by_pause["sameTokens"] += first.tokens == last.tokens
+                shorter = min(len(first.tokens), len(last.tokens))
+                by_pause["samePrefixCutByTime"] += (
+                    first.tokens != last.tokens
+                    and "time" in (first.stop_reason, last.stop_reason)
+                    and first.tokens[:shorter] == last.tokens[:shorter]
+                )
                 by_pause["sameProposals"] += first.hunks == last.hunks
                 if first.hunks != last.hunks and len(by_pause["differ"]) < 4:
                     by_pause["differ"].append({"path": case.path, "line": case.cursor_line})
