@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
@@ -83,12 +84,26 @@ FOLLOW_UPS = (
 
 @dataclass(kw_only=True, eq=False)
 class Pause:
-    """The buffer edited last, as its next request after the pause is expected to see it."""
+    """The buffer edited last, as its next request after the pause is expected to see it: the
+    text and edits then (the request is made from them on the worker, off the event loop)."""
 
-    uri: str
-    request: NextEditRequest
+    doc: TextDocument  # for its uri, path, language and position codec, which do not change
+    text: str
+    edits: tuple[Edit, ...]
+    settings: Settings
     tries: int = 0  # pre-warm jobs started for it
     job: Job | None = None  # the last of them
+
+    @property
+    def uri(self) -> str:
+        return self.doc.uri
+
+    @cached_property
+    def request(self) -> NextEditRequest:
+        """The request expected: the cursor at the end of the last edit (made on first use)."""
+        cursor = min(cursor_after(self.edits) or 0, len(self.text))
+        line = LineIndex.of(self.text).position_at(self.doc.position_codec, cursor).line
+        return request_of(self.doc, self.text, line, cursor, self.edits, self.settings)
 
 
 class NextEditFlow:
@@ -147,16 +162,10 @@ class NextEditFlow:
         if isinstance(self.host.backend, EngineBackend):
             return  # the engine keeps its own cache
         edits = tuple(self.history.recent(doc.uri))
-        cursor = cursor_after(edits)
-        if cursor is None:
+        if not edits:
             return
-        text = doc.source
-        index = LineIndex.of(text)
-        cursor = min(cursor, len(text))
-        line = index.position_at(doc.position_codec, cursor).line
-        request = request_of(doc, text, line, cursor, edits, settings)
         with self._lock:
-            self._pause = Pause(uri=doc.uri, request=request)
+            self._pause = Pause(doc=doc, text=doc.source, edits=edits, settings=settings)
         self.idle()
 
     def idle(self) -> None:
@@ -170,12 +179,11 @@ class NextEditFlow:
                 self._pause = None
                 return
             pause.tries += 1
-            request = pause.request
             pause.job = self.scheduler.submit(
-                request.buffer_id or pause.uri,
+                pause.uri + NEXT_EDIT_KEY,
                 lambda cancelled: self._prewarm(pause, cancelled),
                 kind="prewarm",
-                give_up_s=request.max_wait_ms / 1000 + GIVE_UP_GRACE_S,
+                give_up_s=pause.settings.completion.max_wait_ms / 1000 + GIVE_UP_GRACE_S,
             )
 
     def _end_pause(self, uri: str, pause: Pause | None = None) -> None:
@@ -194,9 +202,9 @@ class NextEditFlow:
             return cancelled() or self._pause is not pause or self.scheduler.waiting()
 
         backend = self.host.backend
-        request = pause.request
         if preempted():
             return None
+        request = pause.request
         if backend is None or isinstance(backend, EngineBackend) or follow_up(request):
             self._end_pause(pause.uri, pause)
             return None
