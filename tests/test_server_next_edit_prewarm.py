@@ -34,14 +34,14 @@ async def typed_then_paused(client, pause_until) -> dict:
     edit(client, URI, 2, (1, 13), (1, 15), "")
     for i, char in enumerate("list()"):
         edit(client, URI, 3 + i, (1, 13 + i), (1, 13 + i), char)
-    numbers: dict = {}
+    seen: list[dict] = []
 
-    async def paused() -> bool:
-        numbers.update(await stats(client))
-        return pause_until(numbers)
+    async def paused() -> bool:  # `pause_until` holds, and the counters stood still 0.5 s
+        seen.append(await stats(client))
+        await asyncio.sleep(0.5)
+        return pause_until(seen[-1]) and len(seen) > 1 and seen[-1] == seen[-2]
 
     await wait_until_async(paused)
-    await asyncio.sleep(0.5)  # the pause an editor waits
     return await asyncio.wait_for(next_edit(client, URI, 1, 19), 60)
 
 
