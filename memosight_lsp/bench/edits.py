@@ -80,6 +80,8 @@ from memosight_lsp.next_edit.edit_history import EditHistory
 from memosight_lsp.next_edit.local import NextEditor
 from memosight_lsp.next_edit.predict import (
     COPY_LINES,
+    LINES_BEFORE,
+    WINDOW_LINES,
     Hunk,
     NextEdit,
     NextEditRequest,
@@ -317,6 +319,7 @@ def request_for(
     plain: bool = False,
     prompt_format: str = "auto",
     copy_lines: int = COPY_LINES,
+    lines_before: int = LINES_BEFORE,
 ) -> NextEditRequest:
     history = EditHistory()
     history.opened(case.path, case.before)
@@ -332,6 +335,9 @@ def request_for(
         plain=plain,
         prompt_format=prompt_format,
         copy_lines=copy_lines,
+        # Fewer lines above: the window shorter by as many, the same lines below.
+        lines_before=lines_before,
+        window_lines=WINDOW_LINES - (LINES_BEFORE - lines_before),
     )
 
 
@@ -526,7 +532,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         tallies = {variant: KindTally() for variant in variants}
         for i, case in enumerate(chosen):
             request = request_for(
-                case, args.max_wait_ms, prompt_format=args.prompt_format, copy_lines=copies[-1]
+                case,
+                args.max_wait_ms,
+                prompt_format=args.prompt_format,
+                copy_lines=copies[-1],
+                lines_before=args.lines_before,
             )
             answers: dict[tuple[bool, tuple[int, int]], NextEdit] = {}
             for mode, (pause, copy) in variants if i % 2 == 0 else variants[::-1]:
@@ -637,6 +647,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "followUpsOnly": args.follow_ups_only,
         "earlyStop": args.early_stop,
         "copyLines": copies,
+        "linesBefore": args.lines_before,
         "pauseMs": pauses,
         "kinds": kinds,
         # Several pauses or copy bounds: the model's answers with the first and the last.
@@ -698,6 +709,13 @@ def main(argv: list[str] | None = None) -> int:
         default="500",
         help="ms between the edit and the request, the pause's pre-warm running meanwhile "
         "(0: none); comma-separated: each case after each (default 500: the editors')",
+    )
+    parser.add_argument(
+        "--lines-before",
+        type=int,
+        default=LINES_BEFORE,
+        help="lines of the window above the cursor and the last edit, the window shorter by as "
+        f"many fewer (NextEditRequest.lines_before; default {LINES_BEFORE})",
     )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
