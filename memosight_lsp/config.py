@@ -111,6 +111,9 @@ class NextEditSettings:
     # chat (instruction-tuned), plain (base models), or auto: picked by the model's name and
     # vocabulary, the local model's and a serving engine's alike.
     prompt_format: NextEditFormat = "auto"
+    # Prefill the next-edit prompt of the buffer edited last while the user pauses, when the
+    # model worker has nothing else to do (session/next_edit_flow.py); the answers are the same.
+    prewarm: bool = True
 
 
 @dataclass(kw_only=True)

@@ -34,6 +34,18 @@ does), or not; `both` predicts each case both ways (the order turned every other
 reports the kinds without it under `withoutEarlyStop`, with how
 many of the model's answers proposed the same edits both ways (`earlyStopCompared`).
 
+`--pause-ms N[,M...]`: as an editor asks, after a pause: the edit made, the server's pre-warm of
+the next-edit prompt started (session/next_edit_flow.py: NextEditor.prewarm on the prompt
+expected with the cursor at the end of the edit, in a thread as on the model worker), N ms
+waited, then the request, which cancels the pre-warm (waiting for its chunk) and is timed from
+there: what the user waits after the pause. 0: no pre-warm (the request right after the edit).
+Default 500 (the editors' nextEdit.debounceMs). The local model only.
+
+Several values of `--pause-ms` or `--copy-lines` (comma-separated): each case is predicted with
+each combination (own buffers, the order turned every other case); the last of both is the
+kinds' row, the others under `others` ("500ms,8lines"), and `variantsCompared` says how many of
+the model's answers had the same tokens and the same proposals with the first and the last.
+
 `--llama-server URL`: the model's rewrite comes from that llama.cpp server instead (as the
 server's next edits with model.backend llama.cpp: next_edit/remote.py); no local
 model is loaded and there are no speed rows. `--prompt-format` sets nextEdit.promptFormat.
@@ -52,6 +64,7 @@ import json
 import random
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -67,10 +80,13 @@ from memosight_lsp.next_edit.edit_history import EditHistory
 from memosight_lsp.next_edit.local import NextEditor
 from memosight_lsp.next_edit.predict import (
     COPY_LINES,
+    LINES_BEFORE,
+    WINDOW_LINES,
     Hunk,
     NextEdit,
     NextEditRequest,
     call_site_follow_up_edit,
+    cursor_after,
     rename_follow_up_edit,
     string_follow_up_edit,
 )
@@ -303,6 +319,7 @@ def request_for(
     plain: bool = False,
     prompt_format: str = "auto",
     copy_lines: int = COPY_LINES,
+    lines_before: int = LINES_BEFORE,
 ) -> NextEditRequest:
     history = EditHistory()
     history.opened(case.path, case.before)
@@ -318,6 +335,9 @@ def request_for(
         plain=plain,
         prompt_format=prompt_format,
         copy_lines=copy_lines,
+        # Fewer lines above: the window shorter by as many, the same lines below.
+        lines_before=lines_before,
+        window_lines=WINDOW_LINES - (LINES_BEFORE - lines_before),
     )
 
 
@@ -342,6 +362,35 @@ def predict(
     return result
 
 
+def after_pause(
+    editor: NextEditor | RemoteNextEditor | None,
+    request: NextEditRequest,
+    model_only: bool,
+    pause_ms: int,
+) -> NextEdit:
+    """As the server answers a request sent `pause_ms` after the edit: the pause's pre-warm
+    (the local model's, when no follow-up answers) runs meanwhile in a thread as on the model
+    worker; the request cancels it, waits for its chunk and predicts. The latency is from the
+    request (what the user waits after the pause)."""
+    follows = not model_only and any(find(request) for find in FOLLOW_UPS)
+    if pause_ms <= 0 or not isinstance(editor, NextEditor) or follows:
+        time.sleep(max(0, pause_ms) / 1000)
+        return predict(editor, request, model_only)
+    cursor = cursor_after(request.edits)
+    assert cursor is not None
+    guess = replace(request, cursor=cursor, cursor_line=request.text.count("\n", 0, cursor))
+    stop = threading.Event()
+    worker = threading.Thread(target=lambda: editor.prewarm(guess, cancelled=stop.is_set))
+    worker.start()
+    time.sleep(pause_ms / 1000)
+    asked = time.perf_counter()
+    stop.set()  # the request cancels the pre-warm: it ends at its next chunk
+    worker.join()
+    result = predict(editor, request, model_only)
+    result.total_ms = (time.perf_counter() - asked) * 1000
+    return result
+
+
 def applied(text: str, hunk: Hunk) -> str:
     return text[: hunk.start] + hunk.new_text + text[hunk.end :]
 
@@ -361,6 +410,7 @@ class KindTally:
         self.prefills: list[float] = []
         self.prompts: list[float] = []  # prompt tokens of the model's rewrites
         self.reused: list[float] = []  # of which in the buffer's cache already
+        self.prewarmed: list[float] = []  # of which the pause's pre-warm prefilled
         self.decodes: list[float] = []  # new tokens per second of the rewrites' decode
         self.passes: list[float] = []
         self.examples: list[dict[str, Any]] = []
@@ -376,6 +426,7 @@ class KindTally:
             self.prefills.append(result.prefill_ms)
             self.prompts.append(result.prompt_tokens)
             self.reused.append(result.stats.get("reusedPromptTokens", 0))
+            self.prewarmed.append(result.stats.get("prewarmedTokens", 0))
             self.decodes.append(result.new_tokens / max(result.decode_ms, 1.0) * 1000)
         self.cut_by_time += result.stop_reason in ("time", "deadline")
         self.early_stops += result.stop_reason == "converged"
@@ -422,6 +473,7 @@ class KindTally:
             "prefillMsP50": percentile(self.prefills, 0.5),
             "promptTokensP50": percentile(self.prompts, 0.5),
             "reusedPromptTokensP50": percentile(self.reused, 0.5),
+            "prewarmedTokensP50": percentile(self.prewarmed, 0.5),
             "decodeTokensPerSecondP50": percentile(self.decodes, 0.5),
             "cutByTime": self.cut_by_time,
             "earlyStops": self.early_stops,
@@ -452,6 +504,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # The early stop each case is predicted with; both: without it, then with it (the order
     # turned every other case, so that a machine getting busier weighs on both alike).
     modes = EARLY_STOP_MODES[args.early_stop]
+    pauses = [int(p) for p in str(args.pause_ms).split(",")]
+    copies = [int(c) for c in str(args.copy_lines).split(",")]
+    settings = [(pause, copy) for pause in pauses for copy in copies]
+    variants = [(mode, setting) for mode in modes for setting in settings]
+    last_setting = settings[-1]
+    by_pause: dict[str, Any] = {
+        "compared": 0,
+        "sameTokens": 0,
+        "samePrefixCutByTime": 0,  # cut by maxWaitMs at different lengths, the same up to there
+        "sameProposals": 0,
+        "differ": [],
+    }
+    per_case: list[dict[str, Any]] = []  # the last variant's answer per case (runs compared)
     cases = make_cases(args.cases, args.seed, tuple(args.kinds.split(",")))
     kinds: dict[str, Any] = {}
     speed = {"draftTokens": 0, "draftMs": 0.0, "plainTokens": 0, "plainMs": 0.0}
@@ -464,19 +529,50 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "differ": [],  # the cases whose proposals differ (up to 4)
     }
     for kind, chosen in cases.items():
-        tallies = {mode: KindTally() for mode in modes}
+        tallies = {variant: KindTally() for variant in variants}
         for i, case in enumerate(chosen):
             request = request_for(
-                case, args.max_wait_ms, prompt_format=args.prompt_format, copy_lines=args.copy_lines
+                case,
+                args.max_wait_ms,
+                prompt_format=args.prompt_format,
+                copy_lines=copies[-1],
+                lines_before=args.lines_before,
             )
-            results: dict[bool, NextEdit] = {}
-            for mode in modes if i % 2 == 0 else modes[::-1]:
-                # A buffer of its own per case and mode, as the server keys them: the first
+            answers: dict[tuple[bool, tuple[int, int]], NextEdit] = {}
+            for mode, (pause, copy) in variants if i % 2 == 0 else variants[::-1]:
+                # A buffer of its own per case and variant, as the server keys them: the first
                 # request of a buffer (its prompt's common head reused, not the case's own).
-                buffer_id = f"{case.path}:{case.cursor_line}#{mode}"
-                asked = replace(request, early_stop=mode, buffer_id=buffer_id)
-                results[mode] = predict(editor, asked, args.model_only)
-                tallies[mode].add(case, results[mode])
+                buffer_id = f"{case.path}:{case.cursor_line}#{mode}#{pause}#{copy}"
+                asked = replace(request, early_stop=mode, buffer_id=buffer_id, copy_lines=copy)
+                variant = (mode, (pause, copy))
+                answers[variant] = after_pause(editor, asked, args.model_only, pause)
+                tallies[variant].add(case, answers[variant])
+            results = {mode: answers[mode, last_setting] for mode in modes}
+            answer = answers[modes[-1], last_setting]
+            per_case.append(
+                {
+                    "kind": kind,
+                    "path": case.path,
+                    "line": case.cursor_line,
+                    "proposed": [(case.after[h.start : h.end], h.new_text) for h in answer.hunks],
+                    "stopReason": answer.stop_reason,
+                    "newTokens": answer.new_tokens,
+                    "latencyMs": round(answer.total_ms, 1),
+                }
+            )
+            first, last = answers[modes[-1], settings[0]], answer
+            if len(settings) > 1 and last.source == "model":
+                by_pause["compared"] += 1
+                by_pause["sameTokens"] += first.tokens == last.tokens
+                shorter = min(len(first.tokens), len(last.tokens))
+                by_pause["samePrefixCutByTime"] += (
+                    first.tokens != last.tokens
+                    and "time" in (first.stop_reason, last.stop_reason)
+                    and first.tokens[:shorter] == last.tokens[:shorter]
+                )
+                by_pause["sameProposals"] += first.hunks == last.hunks
+                if first.hunks != last.hunks and len(by_pause["differ"]) < 4:
+                    by_pause["differ"].append({"path": case.path, "line": case.cursor_line})
             if len(modes) == 2 and results[True].source == "model":
                 both["compared"] += 1
                 same = results[True].hunks == results[False].hunks
@@ -529,9 +625,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 speed["draftMs"] += result.decode_ms
                 speed["plainTokens"] += plain.new_tokens
                 speed["plainMs"] += plain.decode_ms
-        kinds[kind] = tallies[modes[-1]].summary(kind, len(chosen))
+        kinds[kind] = tallies[modes[-1], last_setting].summary(kind, len(chosen))
         if len(modes) == 2:
-            kinds[kind]["withoutEarlyStop"] = tallies[False].summary(kind, len(chosen))
+            without = tallies[False, last_setting].summary(kind, len(chosen))
+            kinds[kind]["withoutEarlyStop"] = without
+        if len(settings) > 1:
+            kinds[kind]["others"] = {
+                f"{pause}ms,{copy}lines": tallies[modes[-1], (pause, copy)].summary(
+                    kind, len(chosen)
+                )
+                for pause, copy in settings[:-1]
+            }
     draft_rate = speed["draftTokens"] / (speed["draftMs"] / 1000) if speed["draftMs"] else None
     plain_rate = speed["plainTokens"] / (speed["plainMs"] / 1000) if speed["plainMs"] else None
     return {
@@ -542,8 +646,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "modelOnly": args.model_only,
         "followUpsOnly": args.follow_ups_only,
         "earlyStop": args.early_stop,
-        "copyLines": args.copy_lines,
+        "copyLines": copies,
+        "linesBefore": args.lines_before,
+        "pauseMs": pauses,
         "kinds": kinds,
+        # Several pauses or copy bounds: the model's answers with the first and the last.
+        "variantsCompared": by_pause if len(settings) > 1 else None,
         # --early-stop both: the model's answers with and without it, case by case.
         "earlyStopCompared": both if len(modes) == 2 else None,
         "rewrite": {
@@ -554,6 +662,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "tokensPerSecondPlain": round(plain_rate, 1) if plain_rate else None,
             "speedup": round(draft_rate / plain_rate, 2) if draft_rate and plain_rate else None,
         },
+        "cases": per_case,
         "costModelMs": costs.costs if costs else None,
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -590,10 +699,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--copy-lines",
-        type=int,
-        default=COPY_LINES,
+        default=str(COPY_LINES),
         help="with the early stop, end an unchanged copy this many lines below the cursor and "
-        f"the last edit (NextEditRequest.copy_lines; 0: never; default {COPY_LINES})",
+        f"the last edit (NextEditRequest.copy_lines; 0: never; default {COPY_LINES}); "
+        "comma-separated: each case with each",
+    )
+    parser.add_argument(
+        "--pause-ms",
+        default="500",
+        help="ms between the edit and the request, the pause's pre-warm running meanwhile "
+        "(0: none); comma-separated: each case after each (default 500: the editors')",
+    )
+    parser.add_argument(
+        "--lines-before",
+        type=int,
+        default=LINES_BEFORE,
+        help="lines of the window above the cursor and the last edit, the window shorter by as "
+        f"many fewer (NextEditRequest.lines_before; default {LINES_BEFORE})",
     )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)

@@ -2,7 +2,14 @@
 decoded speculatively with the window's current text as the main draft (inference/edit_draft.py),
 and ended early once it re-converges after a change (`Reconverged`) or has copied the old text
 some lines past the cursor and the last edit (`CopyBound`). The window, the prompt and
-the proposals are next_edit/predict.py's, the same for a serving engine."""
+the proposals are next_edit/predict.py's, the same for a serving engine.
+
+Each buffer's keys and values are kept between its requests (the decoder's prefix cache, at most
+MAX_BUFFERS buffers): a request prefills only what its prompt does not share with the buffer's
+last one. `prewarm` fills that cache during the user's pause with the prompt the next request is
+expected to have (prefill only, in chunks, stopped between two when `cancelled`), so the request
+prefills only what differs. The tokens are the same either way: a prefix's keys and values do not
+depend on what follows it."""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ from memosight_lsp.inference.drafters import CostModel, PromptLookup
 from memosight_lsp.inference.edit_draft import CopyBound, Reconverged, WindowDraft, line_end_token
 from memosight_lsp.inference.greedy import GreedyDecoder
 from memosight_lsp.inference.loading import LoadedModel
+from memosight_lsp.inference.prefix_cache import PrefixCache
 from memosight_lsp.inference.speculative import SpeculativeDecoder
 
 from .predict import (
@@ -33,6 +41,11 @@ from .prompt import NextEditPrompt, tokenizer_traits
 STOP_TAIL_TOKENS = 12  # the end marker is looked for in the last tokens' text
 MAX_DRAFT = 64  # draft tokens per pass: a copy is long and likely
 HEAD_KEY = "#nextEditHead"  # the prefix cache's entry the prompts' common head is prefilled in
+# Buffers whose caches are kept, the most recently used (the head's cache is kept apart).
+MAX_BUFFERS = 4
+# Prompt tokens per pre-warm prefill pass: a request arriving meanwhile waits for one at most
+# (pipeline/latency.py's MIN_CHUNK_TOKENS: smaller passes cost more than they save).
+PREWARM_CHUNK = 64
 
 
 class NextEditor:
@@ -42,8 +55,12 @@ class NextEditor:
         self.loaded = loaded
         # The prompts' common head (NextEditPrompt.head): its text, its ids and their cache.
         self._head: tuple[str, list[int], Any] | None = None
+        # Per buffer, the prompt positions [start, end) its last pre-warm prefilled (what its
+        # next request reuses of them is that request's `prewarmedTokens`).
+        self._prewarmed: dict[str, tuple[int, int]] = {}
         self.window_draft = WindowDraft()
         self.decoder = SpeculativeDecoder(
+            prefix_cache=PrefixCache(max_buffers=MAX_BUFFERS),
             sources=[self.window_draft, PromptLookup()],
             cost_model=cost_model or CostModel(),
             max_draft=MAX_DRAFT,
@@ -53,6 +70,7 @@ class NextEditor:
 
     def forget(self, buffer_id: str) -> None:
         self.decoder.forget(buffer_id)
+        self._prewarmed.pop(buffer_id, None)
 
     def prompt(self, request: NextEditRequest) -> tuple[NextEditPrompt, Window]:
         """The prompt and the window it rewrites."""
@@ -70,7 +88,12 @@ class NextEditor:
         draft_ids = tokenizer.encode(prompt.draft_text(window.text), add_special_tokens=False)
         if not request.plain:
             self.start_from_head(request.buffer_id, prompt, prompt_ids)
+        prewarmed = self._prewarmed.pop(request.buffer_id or "", None)
         generation, rest = self.rewrite(request, prompt, window, prompt_ids, draft_ids, cancelled)
+        reused = generation.stats.get("reusedPromptTokens", 0)
+        if prewarmed is not None:  # what the pause's pre-warm prefilled, of what was reused
+            start, end = prewarmed
+            generation.stats["prewarmedTokens"] = max(0, min(reused, end) - start)
         rewrite, complete = prompt.answer_of(tokenizer.decode([*generation.tokens, *rest]))
         result = NextEdit(
             hunks=[],
@@ -97,6 +120,45 @@ class NextEditor:
             finish(result, request, window)
         result.total_ms = (time.perf_counter() - started) * 1000
         return result
+
+    def prewarm(
+        self, request: NextEditRequest, *, cancelled: Callable[[], bool] | None = None
+    ) -> dict[str, Any]:
+        """Prefill the prompt of `request` into its buffer's kept cache and decode nothing: the
+        buffer's next request, when its prompt starts the same, prefills only the rest. In
+        PREWARM_CHUNK chunks, `cancelled` polled between two (what is done stays in the cache),
+        and within request.max_wait_ms. Nothing with request.plain or no buffer_id, or for a
+        model the speculative decoder does not keep caches for. Returns what it did."""
+        done: dict[str, Any] = {"promptTokens": 0, "prefilledTokens": 0, "cancelled": False}
+        buffer_id = request.buffer_id
+        model = self.loaded.model
+        if request.plain or buffer_id is None or not self.decoder.reuses_cache_of(model):
+            return done
+        prompt, _ = self.prompt(request)
+        prompt_ids = self.loaded.tokenizer.encode(prompt.text, add_special_tokens=True)
+        self.start_from_head(buffer_id, prompt, prompt_ids)
+        rules = StopRules(
+            max_new_tokens=0,
+            cancelled=cancelled,
+            prefill_chunk=PREWARM_CHUNK,
+            stop_at=time.monotonic() + request.max_wait_ms / 1000,
+        )
+        generation = self.decoder.prefill_only(model, prompt_ids, rules, buffer_id=buffer_id)
+        reused = generation.stats.get("reusedPromptTokens", 0)
+        stopped = generation.stop_reason in ("cancelled", "time")
+        in_cache = generation.cancelled_at_prompt_tokens if stopped else len(prompt_ids)
+        self._prewarmed.pop(buffer_id, None)
+        if in_cache > reused:
+            self._prewarmed[buffer_id] = (reused, in_cache)
+            while len(self._prewarmed) > MAX_BUFFERS:
+                del self._prewarmed[next(iter(self._prewarmed))]
+        return {
+            "promptTokens": len(prompt_ids),
+            "reusedPromptTokens": reused,
+            "prefilledTokens": max(0, in_cache - reused),
+            "prefillMs": round(generation.prefill_ms, 2),
+            "cancelled": stopped,
+        }
 
     def start_from_head(
         self, buffer_id: str | None, prompt: NextEditPrompt, prompt_ids: Sequence[int]

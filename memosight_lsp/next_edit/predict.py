@@ -71,6 +71,7 @@ class NextEditRequest:
     plain: bool = False  # plain greedy decoding, no drafts (the reference)
     buffer_id: str | None = None  # the decoder's per-buffer cache key
     window_lines: int = WINDOW_LINES
+    lines_before: int = LINES_BEFORE  # of the window, above the cursor and the last edit
     prompt_format: str = "auto"  # nextEdit.promptFormat (prompt.py)
     early_stop: bool = True  # end the rewrite once it re-converges after a change (Reconverged)
     # With early_stop, end a rewrite copying past this many lines below the cursor and the last
@@ -126,6 +127,16 @@ class NextEdit:
             "stopReason": self.stop_reason,
             "complete": self.complete,
             "unwrittenTokens": self.unwritten_tokens,
+            # The local model's: prompt tokens taken from the buffer's kept cache, and of those
+            # the ones the pause's pre-warm prefilled (local.py, NextEditor.prewarm).
+            **(
+                {
+                    "reusedTokens": self.stats["reusedPromptTokens"],
+                    "prewarmedTokens": self.stats.get("prewarmedTokens", 0),
+                }
+                if "reusedPromptTokens" in self.stats
+                else {}
+            ),
             **{
                 k: self.stats[k]
                 for k in ("tokensPerPass", "acceptedBySource", "acceptedDraftTokens", "engine")
@@ -135,14 +146,18 @@ class NextEdit:
 
 
 def choose_window(
-    lines: Sequence[str], cursor_line: int, edits: Sequence[Edit], size: int = WINDOW_LINES
+    lines: Sequence[str],
+    cursor_line: int,
+    edits: Sequence[Edit],
+    size: int = WINDOW_LINES,
+    before: int = LINES_BEFORE,
 ) -> tuple[int, int]:
-    """Lines [first, end) to rewrite: `size` lines from LINES_BEFORE above the higher of the
+    """Lines [first, end) to rewrite: `size` lines from `before` above the higher of the
     cursor and the last edit (when that edit is near: within `size` lines of the cursor)."""
     top = cursor_line
     if edits and abs(edits[-1].line - cursor_line) < size:
         top = min(top, edits[-1].line)
-    first = max(0, min(top - LINES_BEFORE, len(lines) - size))
+    first = max(0, min(top - before, len(lines) - size))
     return first, min(len(lines), first + size)
 
 
@@ -174,7 +189,9 @@ class Window:
 
 def window_of(request: NextEditRequest) -> Window:
     lines = request.text.splitlines(keepends=True) or [""]
-    first, end = choose_window(lines, request.cursor_line, request.edits, request.window_lines)
+    first, end = choose_window(
+        lines, request.cursor_line, request.edits, request.window_lines, request.lines_before
+    )
     text = "".join(lines[first:end])
     if not text.endswith("\n"):
         text += "\n"
@@ -387,6 +404,14 @@ def _follow_up_edit(
         stats={source: found.describe()},
         total_ms=(time.perf_counter() - started) * 1000,
     )
+
+
+def cursor_after(edits: Sequence[Edit]) -> int | None:
+    """Where the cursor is after the last edit (document offset): the end of its new text, what
+    the user typed last; None without edits. The request after a pause is expected there."""
+    if not edits:
+        return None
+    return edits[-1].start + len(edits[-1].new)
 
 
 def cursor_of(request: NextEditRequest) -> int:

@@ -67,6 +67,7 @@ def register(server: MemoSightServer) -> None:
         if doc is not None:
             ls.flow.document_changed(doc)
             ls.edit_history.changed(doc.uri, doc.source)
+            ls.next_edits.edited(doc)  # its prompt is pre-warmed while the user pauses
             changes = [Change(getattr(c, "range", None), c.text) for c in params.content_changes]
             ls.indexes.changed(
                 file_path(doc.uri, doc.path),

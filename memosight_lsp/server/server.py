@@ -62,7 +62,7 @@ class MemoSightServer(LanguageServer):
         self.shutdown_requested = False  # the exit code depends on it (LSP spec)
         self.raw_settings: dict[str, Any] = {}
         self.stats = ServerStats()
-        self.scheduler = Scheduler(on_idle=release_free_memory)  # the model worker trims when idle
+        self.scheduler = Scheduler(on_idle=self._worker_idle)
         self.host = ModelHost(self.scheduler, self._model_state_from_worker)
         self.flow = CompletionFlow(
             scheduler=self.scheduler,
@@ -89,6 +89,12 @@ class MemoSightServer(LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self._shown: set[str] = set()
         self._last_status: dict[str, Any] | None = None
+
+    def _worker_idle(self) -> None:
+        """On the model worker when it runs out of jobs: it gives freed memory back, then
+        pre-warms the next edit of the buffer edited last (session/next_edit_flow.py)."""
+        release_free_memory()
+        self.next_edits.idle()
 
     # -- documents --------------------------------------------------------------------------
 

@@ -18,7 +18,9 @@ type-through cache calls `demote_current()`: it is a precompute from then on, so
 cancels it like one.
 
 When the worker runs out of due jobs it calls `on_idle` (the allocator gives freed memory back:
-inference/memory.py), outside the lock, so a request arriving then waits at most for that.
+inference/memory.py; the next edit's pre-warm is queued), outside the lock, so a request
+arriving then waits at most for that. A job may give the worker up to any other that is due
+(`waiting`, polled between its steps): the next-edit pre-warm does.
 
 Nothing wedges the worker. A job submitted with `give_up_s` that is still running that long after
 it started is abandoned by a watchdog thread: it is cancelled (work that polls `cancelled()` ends
@@ -204,6 +206,13 @@ class Scheduler:
         with self._cond:
             if self.current is not None and self.current.kind == "request":
                 self.current.kind = "precompute"
+
+    def waiting(self) -> bool:
+        """Whether a job is due beside the running one: work that gives the worker up to any
+        other (a next-edit pre-warm) polls it between two steps."""
+        with self._cond:
+            now = time.monotonic()
+            return any(job.live and job.not_before <= now for job in self._jobs)
 
     def jobs(self, buffer_id: str | None = None) -> list[Job]:
         with self._cond:

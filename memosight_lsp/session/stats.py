@@ -55,6 +55,13 @@ class ServerStats:
         "nextEditStrings",
         "nextEditCallSites",
         "nextEditModelCalls",
+        # Its pre-warm in the pause (session/next_edit_flow.py): jobs run, the prompt tokens they
+        # prefilled; the prompt tokens the model's rewrites took from the buffer's kept cache,
+        # and of those the ones a pre-warm prefilled.
+        "nextEditPrewarms",
+        "nextEditPrewarmedTokens",
+        "nextEditReusedTokens",
+        "nextEditReusedPrewarmedTokens",
     )
     _ENGINE_FINISH: ClassVar[dict[str, str]] = {
         "error": "engineErrors",

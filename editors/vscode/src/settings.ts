@@ -44,6 +44,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'compression.kvRatio', default: 4 },
   { key: 'compression.minPromptTokens', default: 2048 },
   { key: 'nextEdit.promptFormat', default: 'auto' },
+  { key: 'nextEdit.prewarm', default: true },
 ];
 
 /** Server settings a workspace must not set (application scope in package.json): read from the

@@ -112,6 +112,7 @@ M.settings_schema = {
   },
   nextEdit = {
     promptFormat = { "auto", "chat", "plain", "zeta", "sweep" },
+    prewarm = "boolean",
   },
 }
 

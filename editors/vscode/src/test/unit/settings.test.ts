@@ -38,7 +38,7 @@ const DEFAULTS = {
     crossFileGate: true,
   },
   compression: { kvCompression: 'off', kvRatio: 4, minPromptTokens: 2048 },
-  nextEdit: { promptFormat: 'auto' },
+  nextEdit: { promptFormat: 'auto', prewarm: true },
 };
 
 describe('buildServerSettings', () => {
