@@ -18,6 +18,7 @@ class LlamaFamilyConfig:
     """A config's values as attributes (transformers' `to_dict()` of it, read back)."""
 
     model_type: str = ""
+    num_hidden_layers: int  # every kept config has it (declared for the type checker)
     # What transformers' generic config reports before a model picks its attention (HFTrunk).
     _attn_implementation: str | None = None
 

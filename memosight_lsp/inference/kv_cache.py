@@ -200,7 +200,7 @@ def cache_for_config(config: Any) -> Cache:
     plain full attention, else transformers' DynamicCache whose plain layers grow in place."""
     if isinstance(config, LlamaFamilyConfig):  # read without transformers
         if plain_attention(config):
-            return KVCache([GrowingLayer() for _ in range(int(config.num_hidden_layers))])
+            return KVCache([GrowingLayer() for _ in range(config.num_hidden_layers)])
         config = config.transformers_config()
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
@@ -209,9 +209,10 @@ def cache_for_config(config: Any) -> Cache:
     if all(type(layer) is DynamicLayer for layer in cache.layers):
         return KVCache([GrowingLayer() for _ in cache.layers])
     _known_to_transformers()
-    cache.layers = [
+    layers: list[Any] = [
         GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers
     ]
+    cache.layers = layers
     return cache
 
 
