@@ -1,7 +1,7 @@
 """A Llama-family model's config read back without transformers (quantized_cache.kept_config).
 
 transformers' config classes live in its model packages, and importing transformers at all
-costs a start-up most of a second (figures: docs/speculative.md). The config kept beside a
+is a large share of a start-up (figures: docs/speculative.md). The config kept beside a
 quantized model is therefore read back as this plain object: the same attribute names and
 values as transformers' class of the model (what llama_family builds from, what FusedTrunk and
 the KV cache read). `transformers_config()` makes transformers' own class of it, for the code

@@ -10,8 +10,8 @@ is simply made again; it is written beside its name and renamed, so it is whole 
 
 A Llama-family model's config is kept beside its file too (`keep_config`): read back as the
 project's own config class (`kept_config`, family_config.py), it spares a start-up the import of
-transformers (`transformers.models` indexes every model's folder when imported; the package
-itself takes most of a second: figures in docs/speculative.md).
+transformers (its package and `transformers.models`, which indexes every model's folder when
+imported: figures in docs/speculative.md).
 """
 
 from __future__ import annotations
