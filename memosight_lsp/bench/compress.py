@@ -34,15 +34,15 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import DynamicCache
 
 from memosight_lsp.context.far_prefix import NEAR_SHARE, compress_prefix
 from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.inference.compressed_decode import CompressedDraftDecoder, decode_greedy, feed
 from memosight_lsp.inference.decoder import Generation, StopRules
+from memosight_lsp.inference.kv_cache import new_cache
 from memosight_lsp.inference.kv_compress import (
     QueryCapture,
     SnapKVConfig,
@@ -52,6 +52,9 @@ from memosight_lsp.inference.kv_compress import (
 )
 from memosight_lsp.inference.loading import LoadedModel, ModelLoadError, load_model, position_limit
 from memosight_lsp.inference.prefix_cache import cache_bytes
+
+if TYPE_CHECKING:
+    from memosight_lsp.inference.kv_cache import Cache
 
 # Installed third-party packages are held-out code: the default model is trained on the CPython
 # standard library and a few named registry packages only, never on site-packages (MODEL.md).
@@ -150,7 +153,7 @@ def target_fit(
     model: Any,
     first_logits: torch.Tensor,
     target_ids: list[int] | None,
-    cache: DynamicCache,
+    cache: Cache,
     position: int,
     *,
     uniform: bool = True,
@@ -276,7 +279,7 @@ def run_case(
     # One full prefill (queries captured) serves every snapkv ratio; each ratio adds its own
     # compression time to the prefill time it reports.
     started = time.perf_counter()
-    full = DynamicCache(config=model.config)
+    full = new_cache(model)
     with QueryCapture(model, snapkv.window) as capture:
         logits = feed(model, prompt, full, 0, last_only=True)[-1]
     prefill_ms = (time.perf_counter() - started) * 1000
@@ -357,7 +360,7 @@ def _decode_short(
     counts from `started` (so it includes building the shortened prompt)."""
     model = loaded.model
     next_line = bool(case.get("next_line"))
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model)
     logits = feed(model, ids, cache, 0, last_only=True)[-1]
     gen = Generation(tokens=[], prompt_tokens=len(ids), forward_passes=1)
     gen.prefill_ms = (time.perf_counter() - started) * 1000

@@ -27,23 +27,22 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from .decoder import Branch, Run, StopRules, pick, record_token
-from .kv_cache import GrowingLayer
+from .kv_cache import plain_layer
+
+if TYPE_CHECKING:
+    from .kv_cache import Cache
 
 # A runner-up first token starts a branch when it is at least this likely next to the greedy one:
 # a beginning the model found nearly as plausible, not the tail of the distribution.
 RUNNER_UP_RATIO = 0.1
 
 
-def branch_off(
-    run: Run, trunk: Any, cache: DynamicCache, first_logits: torch.Tensor, device: Any
-) -> None:
+def branch_off(run: Run, trunk: Any, cache: Cache, first_logits: torch.Tensor, device: Any) -> None:
     """After a decoder's greedy loop: marks the tokens final (run.decoded) and fills
     run.result.alternatives as the call's BranchRules ask. `cache` holds the prompt first;
     `first_logits` [V] are the prefill's last row (the first decoded position's)."""
@@ -77,9 +76,9 @@ def branch_off(
     result.stats["alternativesMs"] = round((time.perf_counter() - started) * 1000, 2)
 
 
-def branchable(cache: DynamicCache) -> bool:
+def branchable(cache: Cache) -> bool:
     """Rows can be added to this cache and cropped again: plain full-attention layers only."""
-    return all(type(layer) in (DynamicLayer, GrowingLayer) for layer in cache.layers)
+    return all(plain_layer(layer) for layer in cache.layers)
 
 
 def runner_ups(
@@ -119,7 +118,7 @@ def branch_mask(prompt_len: int, past: int, rows: int, steps: int, device: Any) 
 @torch.inference_mode()
 def decode_branches(
     trunk: Any,
-    cache: DynamicCache,
+    cache: Cache,
     prompt_len: int,
     firsts: list[int],
     *,

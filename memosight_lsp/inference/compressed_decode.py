@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import DynamicCache
 
 from .decoder import (
     AllowedTokens,
@@ -35,7 +34,7 @@ from .decoder import (
 from .drafters import DraftTree
 from .fused_trunk import prepare_trunk
 from .greedy import forward
-from .kv_cache import new_cache
+from .kv_cache import for_transformers, new_cache
 from .kv_compress import (
     CompressedKV,
     QueryCapture,
@@ -46,12 +45,15 @@ from .kv_compress import (
 )
 from .prefix_cache import PrefixCache, cache_bytes
 
+if TYPE_CHECKING:
+    from .kv_cache import Cache
+
 
 @torch.inference_mode()
 def feed(
     model: Any,
     ids: Sequence[int],
-    cache: DynamicCache,
+    cache: Cache,
     position: int,
     *,
     uniform: bool = True,
@@ -67,7 +69,7 @@ def feed(
     out = model(
         input_ids=input_ids,
         position_ids=positions,
-        cache=cache,
+        cache=for_transformers(cache),
         use_cache=True,
         logits_to_keep=1 if last_only else 0,
     )
@@ -80,9 +82,9 @@ def prefill_and_compress(
     prompt_ids: Sequence[int],
     config: SnapKVConfig,
     *,
-    cache: DynamicCache | None = None,
+    cache: Cache | None = None,
     reused: int = 0,
-) -> tuple[torch.Tensor, DynamicCache, CompressedKV]:
+) -> tuple[torch.Tensor, Cache, CompressedKV]:
     """Last-position logits [V], the full cache and a compressed copy of it."""
     cache = cache if cache is not None else new_cache(model)
     with QueryCapture(model, config.window) as capture:
@@ -142,7 +144,7 @@ def snapkv_generate(
 def decode_greedy(
     model: Any,
     logits: torch.Tensor,
-    cache: DynamicCache,
+    cache: Cache,
     position: int,
     rules: StopRules,
     result: Generation,
@@ -269,7 +271,7 @@ class CompressedDraftDecoder(Decoder):
         return proposal, draft_fed + len(proposal) - 1
 
 
-def _cache_length(cache: DynamicCache) -> int:
+def _cache_length(cache: Cache) -> int:
     return int(cache.get_seq_length())
 
 

@@ -19,15 +19,17 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
-from transformers import DynamicCache
 
 from .drafters import DraftTree
 from .fused_trunk import prepare_trunk
 from .kv_cache import new_cache
 from .prefix_cache import PrefixCache
+
+if TYPE_CHECKING:
+    from .kv_cache import Cache
 
 # Tokens allowed next, given the tokens generated so far; None means any token.
 AllowedTokens = Callable[[Sequence[int]], Sequence[int] | None]
@@ -186,7 +188,7 @@ class Run:
         self.result = Generation(tokens=[], prompt_tokens=len(prompt_ids))
         self._prefix_cache = prefix_cache
         self._started = self._prefilled = self._decoded = 0.0
-        self._kept: tuple[list[int], DynamicCache, Any] | None = None
+        self._kept: tuple[list[int], Cache, Any] | None = None
         self.attached: Any = None  # what the buffer's cache came with (kept again if cancelled)
         self._reuses = False  # the cache came from take_cache (a decoder that reuses caches)
 
@@ -194,7 +196,7 @@ class Run:
         """What this decoder attached to the buffer's cache on its last call (see keep)."""
         return self._prefix_cache.attachment(self.buffer_id, self.model)
 
-    def take_cache(self) -> tuple[DynamicCache, int]:
+    def take_cache(self) -> tuple[Cache, int]:
         """Starts the clock. The buffer's cache from its last call and how many prompt tokens it
         holds already (at most all but the last); an empty cache and 0 without one."""
         self._started = time.perf_counter()
@@ -202,7 +204,7 @@ class Run:
         self._reuses = True
         return self._prefix_cache.take(self.buffer_id, self.model, self.prompt_ids)
 
-    def new_cache(self) -> DynamicCache:
+    def new_cache(self) -> Cache:
         """Starts the clock. An empty cache, for decoders that reuse nothing."""
         self._started = time.perf_counter()
         return new_cache(self.model)
@@ -213,9 +215,7 @@ class Run:
         self.result.forward_passes = 1
         self.result.prefill_ms = (self._prefilled - self._started) * 1000
 
-    def prefill(
-        self, step: Callable[[Sequence[int]], T], cache: DynamicCache, done: int
-    ) -> T | None:
+    def prefill(self, step: Callable[[Sequence[int]], T], cache: Cache, done: int) -> T | None:
         """Feeds prompt_ids[done:] (the cache holds the rest) to `step`, one forward pass over
         the ids it is given on top of `cache`, in chunks of rules.prefill_chunk; returns the
         last pass's output and marks the run prefilled. Between chunks it reports progress and
@@ -280,7 +280,7 @@ class Run:
             self.result.stop_reason = reason
         return path, reason is not None
 
-    def keep(self, tokens: list[int], cache: DynamicCache, attachment: Any = None) -> None:
+    def keep(self, tokens: list[int], cache: Cache, attachment: Any = None) -> None:
         """Keep `cache`, holding exactly `tokens`, and what else the decoder wants back
         (`attachment`), for the buffer's next call."""
         self._kept = (tokens, cache, attachment)

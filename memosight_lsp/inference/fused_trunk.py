@@ -41,18 +41,19 @@ rewrote and is never built twice; there is no cache to evict.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from . import native_kernels
-from .kv_cache import cache_for_config
+from .kv_cache import cache_for_config, for_transformers, plain_attention
 from .quantize import QuantizedLinear, QuantizedProduct, fuse_quantized
 from .row_kernels import COPY, COPY_MAX_BYTES, FEW_ROWS, LINEAR, TRANSPOSED, Product, RowKernels
+
+if TYPE_CHECKING:
+    from .kv_cache import Cache
 
 FUSED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 TIMING_CONTEXT = 256  # cached tokens under the passes that choose the row kernels
@@ -102,7 +103,7 @@ def fused_unsupported_reason(model: Any) -> str | None:
         return f"model type {getattr(config, 'model_type', None)!r} is not of the Llama family"
     if getattr(config, "partial_rotary_factor", 1.0) != 1.0:
         return "partial rotary embeddings"
-    if any(type(layer) is not DynamicLayer for layer in DynamicCache(config=config).layers):
+    if not plain_attention(config):
         return "sliding-window or other non-plain attention layers"
     if any(hasattr(module, "_hf_hook") for module in model.modules()):
         return "weights dispatched by accelerate"
@@ -140,7 +141,7 @@ class HFTrunk:
     def __call__(
         self,
         input_ids: torch.Tensor,
-        cache: DynamicCache,
+        cache: Cache,
         *,
         positions: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
@@ -154,7 +155,7 @@ class HFTrunk:
     def _hidden(
         self,
         input_ids: torch.Tensor,
-        cache: DynamicCache,
+        cache: Cache,
         positions: torch.Tensor | None,
         mask: torch.Tensor | None,
         prefill: bool = False,
@@ -168,7 +169,9 @@ class HFTrunk:
                     ~mask, self.mask_min
                 )
             kwargs["attention_mask"] = mask[None, None]
-        out = self.trunk(input_ids=input_ids, cache=cache, use_cache=True, **kwargs)
+        out = self.trunk(
+            input_ids=input_ids, cache=for_transformers(cache), use_cache=True, **kwargs
+        )
         return out.last_hidden_state[0]
 
     @torch.inference_mode()
@@ -238,7 +241,7 @@ class _FusedLayer:
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        cache: DynamicCache,
+        cache: Cache,
         mask: torch.Tensor | None,
         causal: bool,
         kernel: int,
@@ -371,7 +374,7 @@ class FusedTrunk(HFTrunk):
     def _hidden(
         self,
         input_ids: torch.Tensor,
-        cache: DynamicCache,
+        cache: Cache,
         positions: torch.Tensor | None,
         mask: torch.Tensor | None,
         prefill: bool = False,
@@ -439,7 +442,7 @@ class FusedTrunk(HFTrunk):
     def _forward(
         self,
         input_ids: torch.Tensor,
-        cache: DynamicCache,
+        cache: Cache,
         positions: torch.Tensor | None,
         mask: torch.Tensor | None,
         kernel: int,

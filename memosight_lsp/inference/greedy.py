@@ -7,21 +7,23 @@ and an optional constraint on the first tokens (token healing).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import DynamicCache
 
 from .branches import branch_off
 from .decoder import AllowedTokens, Decoder, Generation, Run, StopRules
 from .fused_trunk import FusedTrunk, HFTrunk, prepare_trunk
+
+if TYPE_CHECKING:
+    from .kv_cache import Cache
 
 
 @torch.inference_mode()
 def forward(
     trunk: HFTrunk | FusedTrunk,
     input_ids: torch.Tensor,
-    cache: DynamicCache,
+    cache: Cache,
     *,
     last_only: bool = False,
     prefill: bool = False,

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 
 from .fused_trunk import TRUNK_ATTRIBUTE, FusedTrunk
+from .kv_cache import KVCache
+
+if TYPE_CHECKING:
+    from .kv_cache import Cache
 
 # Architectures whose attention is q_proj -> rotary -> softmax(q k^T * scaling), no q_norm.
 SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
@@ -65,7 +68,7 @@ class SnapKVConfig:
 class CompressedKV:
     """A compressed cache plus what is needed to keep decoding on it."""
 
-    cache: DynamicCache
+    cache: Cache
     next_position: int  # rotary position of the next token fed (= prompt tokens consumed)
     kept: list[torch.Tensor] = field(default_factory=list)  # per layer [Hkv, k] kept entries
     original_length: int = 0
@@ -80,7 +83,7 @@ class CompressedKV:
         return int(layers_of(self.cache)[0].keys.shape[-2])
 
 
-def layers_of(cache: DynamicCache) -> list[Any]:
+def layers_of(cache: Cache) -> list[Any]:
     """The cache's per-layer key/value holders (typed loosely: transformers' union has no keys)."""
     return list(cache.layers)
 
@@ -208,9 +211,9 @@ def select_positions(scores: torch.Tensor, budget: int, sinks: int, recent: int)
 
 
 @torch.inference_mode()
-def gather_cache(cache: DynamicCache, kept: Sequence[torch.Tensor]) -> DynamicCache:
+def gather_cache(cache: Cache, kept: Sequence[torch.Tensor]) -> KVCache:
     """A new cache holding, per layer and head, only the kept positions (source untouched)."""
-    out = DynamicCache()
+    out = KVCache()  # plain layers, as many as the source has
     for index, (layer, positions) in enumerate(zip(layers_of(cache), kept, strict=True)):
         d = layer.keys.shape[-1]
         gather_index = positions[None, :, :, None].expand(1, -1, -1, d)  # [1, Hkv, k, D]
@@ -223,7 +226,7 @@ def gather_cache(cache: DynamicCache, kept: Sequence[torch.Tensor]) -> DynamicCa
 @torch.inference_mode()
 def compress(
     model: Any,
-    cache: DynamicCache,
+    cache: Cache,
     capture: QueryCapture,
     prompt_length: int,
     config: SnapKVConfig,

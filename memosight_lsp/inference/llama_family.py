@@ -21,12 +21,14 @@ transformers' class as before.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import nn
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+
+from .family_config import LlamaFamilyConfig
+from .kv_cache import for_transformers, plain_attention
 
 FAMILY = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 # Rotary scalings whose tables are fixed at build time (the dynamic ones change with the length).
@@ -44,7 +46,7 @@ def unsupported_reason(config: Any) -> str | None:
         return "partial rotary embeddings"
     if _rope(config).get("rope_type", "default") not in STATIC_ROPE_TYPES:
         return f"rotary scaling {_rope(config).get('rope_type')!r}"
-    if any(type(layer) is not DynamicLayer for layer in DynamicCache(config=config).layers):
+    if not plain_attention(config):
         return "sliding-window or other non-plain attention layers"
     return None
 
@@ -98,19 +100,7 @@ class RotaryEmbedding(nn.Module):
         # The tables are made on the CPU even under the meta device (they are tiny, and meta
         # arithmetic would import torch's compiler): `to()` moves them with the model.
         super().__init__()
-        rope = _rope(config)
-        rope_type = rope.get("rope_type", "default")
-        self.attention_scaling: float
-        if rope_type == "default":
-            dim = _head_dim(config)
-            base = rope["rope_theta"]
-            steps = torch.arange(0, dim, 2, dtype=torch.float, device="cpu")
-            inv_freq = 1.0 / (base ** (steps / dim))
-            self.attention_scaling = 1.0
-        else:
-            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-            inv_freq, self.attention_scaling = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu")
+        inv_freq, self.attention_scaling = rope_tables(config)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(
@@ -121,6 +111,39 @@ class RotaryEmbedding(nn.Module):
         cos = emb.cos() * self.attention_scaling
         sin = emb.sin() * self.attention_scaling
         return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+def rope_tables(config: Any) -> tuple[torch.Tensor, float]:
+    """The inverse frequencies [D/2] (float32, on the CPU) and the attention scaling of the
+    model's rotary embeddings: the default, linear and llama3 scalings computed here with
+    transformers' arithmetic (modeling_rope_utils), the others by transformers."""
+    rope = _rope(config)
+    rope_type = rope.get("rope_type", "default")
+    if rope_type == "default":
+        dim = _head_dim(config)
+        steps = torch.arange(0, dim, 2, dtype=torch.float, device="cpu")
+        return 1.0 / (rope["rope_theta"] ** (steps / dim)), 1.0
+    if rope_type not in ("linear", "llama3"):
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        return ROPE_INIT_FUNCTIONS[rope_type](transformers_config(config), "cpu")
+    dim = int(_head_dim(config) * rope.get("partial_rotary_factor", 1.0))
+    steps = torch.arange(0, dim, 2, dtype=torch.int64).to(device="cpu", dtype=torch.float)
+    inv_freq = 1.0 / (rope["rope_theta"] ** (steps / dim))
+    factor = rope["factor"]
+    if rope_type == "linear":
+        return inv_freq / factor, 1.0
+    # llama3: long wavelengths divided by the factor, short ones kept, a smooth blend between.
+    low_freq_factor, high_freq_factor = rope["low_freq_factor"], rope["high_freq_factor"]
+    old_context = rope["original_max_position_embeddings"]
+    low_freq_wavelen = old_context / low_freq_factor
+    high_freq_wavelen = old_context / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(medium, smoothed, scaled), 1.0
 
 
 class Attention(nn.Module):
@@ -183,7 +206,7 @@ class Trunk(nn.Module):
         self._owner: Any = None  # the LlamaFamilyForCausalLM around it (not a submodule)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self._owner.transformers_model().model(*args, **kwargs)
+        return self._owner.transformers_model().model(*args, **_for_transformers(kwargs))
 
 
 class LlamaFamilyForCausalLM(nn.Module):
@@ -221,7 +244,7 @@ class LlamaFamilyForCausalLM(nn.Module):
         self.lm_head = module
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.transformers_model()(*args, **kwargs)
+        return self.transformers_model()(*args, **_for_transformers(kwargs))
 
     def transformers_model(self) -> Any:
         """transformers' class of this model around this model's own modules, built at the first
@@ -236,18 +259,20 @@ class LlamaFamilyForCausalLM(nn.Module):
 
 
 def transformers_config(config: Any) -> Any:
-    """transformers' own config class of `config`: itself, or for the generic class a kept
+    """transformers' own config class of `config`: itself, or for the project's own class a kept
     config is read back as (quantized_cache.kept_config), the model type's class with the same
     values."""
-    from transformers.configuration_utils import PreTrainedConfig
+    if isinstance(config, LlamaFamilyConfig):
+        return config.transformers_config()
+    return config
 
-    if type(config) is not PreTrainedConfig:
-        return config
-    from transformers import AutoConfig
 
-    values = config.to_dict()
-    values.pop("model_type", None)  # the generic class's own (empty) type
-    return AutoConfig.for_model(config.model_type, **values)
+def _for_transformers(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A forward's keyword arguments with the project's KV cache as transformers takes it."""
+    for name in ("cache", "past_key_values"):
+        if kwargs.get(name) is not None:
+            kwargs[name] = for_transformers(kwargs[name])
+    return kwargs
 
 
 def _twin_of(model: LlamaFamilyForCausalLM) -> Any:

@@ -16,7 +16,6 @@ from typing import Any
 # Nothing here may reach a hub (the engine package sets the offline switches; every load below
 # is local_files_only) or run code from a model folder (trust_remote_code is always False).
 import torch
-from transformers.utils import logging as hf_logging
 
 from . import fast_tokenizer, gguf, llama_family, native_kernels, precision, quantized_cache
 from .errors import ModelLoadError
@@ -192,7 +191,6 @@ def load_model(
     person typing --model chose the folder). `remeasure`: measure the `auto` precision again
     whatever is cached."""
     started = time.perf_counter()
-    hf_logging.disable_progress_bar()  # a bar per load is noise in editor logs and CLI output
     torch_device = resolve_device(device)
     try:
         asked = precision.explicit(dtype, quantization, torch_device)
@@ -312,10 +310,19 @@ def read_config(folder: Path) -> Any:
     """The model's config, as transformers reads it from the folder."""
     from transformers import AutoConfig
 
+    _quiet_transformers()
     try:
         return AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except (ValueError, KeyError) as err:
         raise ModelLoadError(f"unsupported model in {folder}: {_one_line(err)}") from err
+
+
+def _quiet_transformers() -> None:
+    """No progress bars from transformers: a bar per load is noise in editor logs and CLI
+    output (called where a load imports transformers; a cached one need not)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def _kept_config(folder: Path, chosen: precision.Precision) -> Any | None:
@@ -347,6 +354,7 @@ def _from_folder(
     "gguf"'s kinds); and its parameter count."""
     from transformers import AutoModelForCausalLM
 
+    _quiet_transformers()
     config = llama_family.transformers_config(config)
     # True: refuse *.bin even where transformers would fall back to it; None: its own choice.
     safetensors_only = None if allow_pickle else True

@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from transformers import DynamicCache
+from typing import TYPE_CHECKING, Any
 
 from .kv_cache import new_cache
+
+if TYPE_CHECKING:
+    from .kv_cache import Cache
 
 DEFAULT_BUDGET_BYTES = 256 * 1024 * 1024
 
@@ -28,12 +29,12 @@ DEFAULT_BUDGET_BYTES = 256 * 1024 * 1024
 class _Entry:
     model_key: int
     tokens: list[int]  # the ids whose keys/values the cache holds, in order
-    cache: DynamicCache
+    cache: Cache
     nbytes: int
     attachment: Any = None
 
 
-def cache_bytes(cache: DynamicCache, *, held: bool = False) -> int:
+def cache_bytes(cache: Cache, *, held: bool = False) -> int:
     """Bytes of the keys and values of every layer; with `held`, of their whole storages (the
     memory really kept: a cropped view or a growing layer's spare room holds more)."""
     total = 0
@@ -72,9 +73,7 @@ class PrefixCache:
         self.reused_tokens = 0
         self.evictions = 0
 
-    def take(
-        self, buffer_id: str | None, model, prompt_ids: Sequence[int]
-    ) -> tuple[DynamicCache, int]:
+    def take(self, buffer_id: str | None, model, prompt_ids: Sequence[int]) -> tuple[Cache, int]:
         """A cache holding the first `reused` prompt tokens (removed from the LRU while in use)."""
         entry = self._entries.pop(buffer_id, None) if buffer_id is not None else None
         if entry is None or entry.model_key != id(model):
@@ -101,7 +100,7 @@ class PrefixCache:
         buffer_id: str | None,
         model,
         tokens: Sequence[int],
-        cache: DynamicCache,
+        cache: Cache,
         attachment: Any = None,
     ) -> None:
         """Keep `cache` (holding exactly `tokens`) for the buffer; evicts to fit the budget."""

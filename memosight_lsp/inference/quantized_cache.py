@@ -8,15 +8,16 @@ dtype; later loads build the model skeleton without weights (the meta device), p
 tensors in place and recompute the rotary tables. A file that is missing, stale or unreadable
 is simply made again; it is written beside its name and renamed, so it is whole or absent.
 
-A Llama-family model's config is kept beside its file too (`keep_config`): read back as
-transformers' generic config class (`kept_config`), it spares a start-up the import of
-transformers' model packages (`transformers.models` indexes every model's folder when imported;
-figures: docs/speculative.md).
+A Llama-family model's config is kept beside its file too (`keep_config`): read back as the
+project's own config class (`kept_config`, family_config.py), it spares a start-up the import of
+transformers (its package and `transformers.models`, which indexes every model's folder when
+imported: figures in docs/speculative.md).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from . import atomic_file, llama_family
+from .family_config import LlamaFamilyConfig
 from .quantize import (
     QuantizedEmbedding,
     QuantizedLinear,
@@ -137,11 +139,12 @@ def config_file(path: Path) -> Path:
 def keep_config(path: Path, config: Any) -> None:
     """Keep a Llama-family model's config (transformers' own class, as read from its folder)
     beside its stored file, once per transformers version (best effort)."""
+    if isinstance(config, LlamaFamilyConfig):
+        return  # a kept config read back: transformers' class is not at hand (nor imported)
     target = config_file(path)
     if not type(config).model_type or llama_family.unsupported_reason(config) is not None:
-        return  # a kept config read back (the generic class), or a model built otherwise
-    from transformers import __version__ as version
-
+        return  # a generic config class, or a model built otherwise
+    version = transformers_version()
     if _kept_version(target) == version:
         return
     kept = {"transformers": version, "config": config.to_dict()}
@@ -149,6 +152,15 @@ def keep_config(path: Path, config: Any) -> None:
         atomic_file.write_json(target, kept, indent=None)
     except (OSError, TypeError, ValueError) as err:
         log.warning("cannot keep the model's config in %s: %s", target, err)
+
+
+def transformers_version() -> str | None:
+    """The installed transformers' version, read from its package metadata (importing it would
+    cost what a kept config saves)."""
+    try:
+        return importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _kept_version(target: Path) -> str | None:
@@ -159,18 +171,19 @@ def _kept_version(target: Path) -> str | None:
         return None
 
 
-def kept_config(path: Path) -> Any | None:
-    """The config kept beside the model stored at `path`, as transformers' generic config class
-    (what llama_family builds from and a KV cache reads; llama_family.transformers_config gives
-    the model's own class back); None when none is kept for this transformers version."""
-    from transformers import __version__ as version
-    from transformers.configuration_utils import PreTrainedConfig
-
+def kept_config(path: Path) -> LlamaFamilyConfig | None:
+    """The config kept beside the model stored at `path`, as the project's own config class
+    (family_config.py: what llama_family builds from and a KV cache reads, without importing
+    transformers; llama_family.transformers_config gives transformers' class back); None when
+    none is kept for this transformers version."""
     try:
         kept = json.loads(config_file(path).read_text())
-        if kept["transformers"] != version or not path.is_file():
+        if kept["transformers"] != transformers_version() or not path.is_file():
             return None
-        config = PreTrainedConfig(**kept["config"])
+        values = kept["config"]
+        if not isinstance(values, dict) or not isinstance(values.get("model_type"), str):
+            raise ValueError("no model type")
+        config = LlamaFamilyConfig(values)
     except (OSError, ValueError, KeyError, TypeError) as err:
         log.debug("no kept config for %s: %s", path, err)
         return None

@@ -17,11 +17,9 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from .branches import branch_off
 from .decoder import Decoder, Run
@@ -41,11 +39,14 @@ from .drafters import (
 from .fused_trunk import prepare_trunk
 from .greedy import GreedyDecoder
 from .heads import PredictionHeads
-from .kv_cache import new_cache
+from .kv_cache import new_cache, plain_attention
 from .loading import position_limit
 from .ngram_model import CorpusNgrams, NgramTable
 from .prefix_cache import PrefixCache
 from .timing import check
+
+if TYPE_CHECKING:
+    from .kv_cache import Cache
 
 PROBE_CALLS = 64  # calls of a metered source before judging whether it pays
 REPROBE_EVERY = 2048
@@ -90,20 +91,17 @@ class ModelRunner:
         self.device = next(model.parameters()).device
         # Tree rollback edits the cache in place: only plain full-length layers support that
         # (sliding-window, quantized or linear-attention layers fall back to greedy decoding).
-        layers = DynamicCache(config=model.config).layers
-        self.supported = model.get_output_embeddings() is not None and all(
-            type(layer) is DynamicLayer for layer in layers
-        )
+        self.supported = model.get_output_embeddings() is not None and plain_attention(model.config)
 
     @torch.inference_mode()
-    def prefill(self, ids: Sequence[int], cache: DynamicCache) -> tuple[torch.Tensor, torch.Tensor]:
+    def prefill(self, ids: Sequence[int], cache: Cache) -> tuple[torch.Tensor, torch.Tensor]:
         """Hidden state [H] and logits [V] of the last of `ids`, appended to the cache."""
         input_ids = torch.tensor([list(ids)], device=self.device)  # [1, S]
         last = self.trunk(input_ids, cache, prefill=True)[-1:]  # [1, H]
         return last[0], self.trunk.logits(last)[0]
 
     @torch.inference_mode()
-    def verify(self, root: int, tree: DraftTree, cache: DynamicCache, past: int) -> torch.Tensor:
+    def verify(self, root: int, tree: DraftTree, cache: Cache, past: int) -> torch.Tensor:
         """Hidden states [1+n, H] for the root token and every tree node."""
         input_ids = torch.tensor([[root, *tree.tokens]], device=self.device)  # [1, 1+n]
         if tree.chain:  # a chain is plain causal attention: the trunk builds its own mask
@@ -131,7 +129,7 @@ class ModelRunner:
 
     @staticmethod
     @torch.inference_mode()
-    def keep_path(cache: DynamicCache, past: int, path: list[int], total: int) -> None:
+    def keep_path(cache: Cache, past: int, path: list[int], total: int) -> None:
         """Keep only the accepted nodes (input indices `path`) of the last `total` cache entries."""
         m = len(path)
         if path[-1] != m - 1:  # not the contiguous first branch: move the path into place
