@@ -6,7 +6,7 @@ import pytest
 import torch
 from test_speculative import prompts_from_files
 
-from memosight_lsp.inference.decoder import Decoder, RowScores, Run, StopRules
+from memosight_lsp.inference.decoder import Decoder, Generation, RowScores, Run, StopRules
 from memosight_lsp.inference.drafters import DraftTree
 from memosight_lsp.inference.fused_trunk import prepare_trunk
 from memosight_lsp.inference.greedy import greedy_generate
@@ -138,3 +138,21 @@ def test_a_one_method_decoder_gets_the_bookkeeping_right(tiny_model_dir):
     assert "buf0" not in decoder.prefix_cache
     assert decoder(loaded.model, [], StopRules(max_new_tokens=4)).tokens == []
     assert decoder(loaded.model, prompt, StopRules(max_new_tokens=0)).forward_passes == 0
+
+
+@pytest.mark.parametrize("reason", ["cancelled", "time"])
+def test_a_prewarm_stopped_between_chunks_counts_the_chunks_it_did(reason):
+    # 300 prompt tokens, 40 found in the buffer's cache, stopped with 100 in it: 60 prefilled.
+    stopped = Generation(
+        tokens=[],
+        prompt_tokens=300,
+        stop_reason=reason,
+        cancelled_at_prompt_tokens=100,
+        stats={"reusedPromptTokens": 40},
+    )
+    report = stopped.prefill_report()
+    assert report["prefilledTokens"] == 60 and report["cancelled"]
+    assert report["promptTokens"] == 300 and report["reusedPromptTokens"] == 40
+    whole = Generation(tokens=[], prompt_tokens=300, stats={"reusedPromptTokens": 40})
+    assert whole.prefill_report()["prefilledTokens"] == 260
+    assert not whole.prefill_report()["cancelled"]

@@ -98,6 +98,21 @@ class Generation:
     # unless the call asked for them and the model had close runner-ups.
     alternatives: list[Branch] = field(default_factory=list)
 
+    def prefill_report(self) -> dict[str, Any]:
+        """What a prefill-only run (a pre-warm) did: the prompt's tokens, those it found in the
+        buffer's cache, those it prefilled. Stopped between chunks (cancelled, out of time),
+        the chunks done stay in the cache and count."""
+        stopped = self.stop_reason in ("cancelled", "time")
+        in_cache = self.cancelled_at_prompt_tokens if stopped else self.prompt_tokens
+        reused = self.stats.get("reusedPromptTokens", 0)
+        return {
+            "promptTokens": self.prompt_tokens,
+            "reusedPromptTokens": reused,
+            "prefilledTokens": max(0, in_cache - reused),
+            "prefillMs": round(self.prefill_ms, 2),
+            "cancelled": stopped,
+        }
+
 
 def pick(logits: torch.Tensor, allowed: Sequence[int] | None) -> int:
     """argmax over the vocabulary [V], or over the allowed ids only."""

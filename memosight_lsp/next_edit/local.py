@@ -144,21 +144,15 @@ class NextEditor:
             stop_at=time.monotonic() + request.max_wait_ms / 1000,
         )
         generation = self.decoder.prefill_only(model, prompt_ids, rules, buffer_id=buffer_id)
-        reused = generation.stats.get("reusedPromptTokens", 0)
-        stopped = generation.stop_reason in ("cancelled", "time")
-        in_cache = generation.cancelled_at_prompt_tokens if stopped else len(prompt_ids)
+        report = generation.prefill_report()
+        reused = report["reusedPromptTokens"]
+        in_cache = reused + report["prefilledTokens"]
         self._prewarmed.pop(buffer_id, None)
         if in_cache > reused:
             self._prewarmed[buffer_id] = (reused, in_cache)
             while len(self._prewarmed) > MAX_BUFFERS:
                 del self._prewarmed[next(iter(self._prewarmed))]
-        return {
-            "promptTokens": len(prompt_ids),
-            "reusedPromptTokens": reused,
-            "prefilledTokens": max(0, in_cache - reused),
-            "prefillMs": round(generation.prefill_ms, 2),
-            "cancelled": stopped,
-        }
+        return report
 
     def start_from_head(
         self, buffer_id: str | None, prompt: NextEditPrompt, prompt_ids: Sequence[int]

@@ -431,17 +431,7 @@ class LocalBackend:
             self.loaded.model, prompt_ids, rules, buffer_id=request.buffer_id
         )
         self._observe_prefill(generation)
-        reused = generation.stats.get("reusedPromptTokens", 0)
-        cancelled_now = generation.stop_reason == "cancelled"
-        # Cancelled between chunks, the chunks done stay in the buffer's cache: they count.
-        in_cache = generation.cancelled_at_prompt_tokens if cancelled_now else len(prompt_ids)
-        return {
-            "promptTokens": len(prompt_ids),
-            "reusedPromptTokens": reused,
-            "prefilledTokens": max(0, in_cache - reused),
-            "prefillMs": round(generation.prefill_ms, 2),
-            "cancelled": cancelled_now,
-        }
+        return generation.prefill_report()
 
     def _observe_prefill(self, generation: Generation) -> None:
         """A finished prefill is a sample of the rate, once the rate is being measured (a timing
