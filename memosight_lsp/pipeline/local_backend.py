@@ -122,9 +122,10 @@ class LocalBackend:
         self.calibration.measure(fresh=True)
 
     def machine_busy(self) -> bool:
-        """Whether other processes kept the cores busy when the last request started (never
-        known without share_cores)."""
-        return self.cores is not None and self.cores.others > machine.BUSY_CORES
+        """Whether other processes kept more cores busy when the last request started than the
+        timings may be taken beside (calibration.busy_cores: the same rule puts them off and
+        keeps them; never known without share_cores)."""
+        return self.cores is not None and self.cores.others > self.calibration.busy_cores
 
     def _share_cores(self) -> None:
         """Run this request on the cores other processes leave free."""
