@@ -291,8 +291,8 @@ def partial(text: str, situation: CursorSituation, multiline: bool) -> str:
     trimmed as a finished completion would be."""
     if not multiline:
         text = skip_blank_start(text, situation)
-    if not multiline and "\n" in text:
-        return finish(text, situation, multiline)  # the line is done
+        if "\n" in text:
+            return finish(text, situation, multiline)  # the line is done
     line_start = text.rfind("\n") + 1
     last = text[line_start:]
     shown = finish(text[:line_start] + WORD_TAIL.sub("", last), situation, multiline)
