@@ -127,13 +127,18 @@ def test_an_error_line_in_the_stream_is_an_error():
     assert "runner process has terminated" in str(err.value)
 
 
+def complete_through_ollama(answer: list[dict], request: CompletionRequest):
+    """A completion through EngineBackend from a stand-in Ollama: it and the body Ollama got."""
+    with FakeEngine(ollama(show(QWEN_VOCAB), answer)) as engine:
+        completion = EngineBackend(OllamaClient(engine.url), timeout_s=2).complete(request)
+        return completion, engine.bodies("/api/generate")[0]
+
+
+AFTER_RETURN = CompletionRequest(text="def add(a, b):\n    return \n", line=1, column=11)
+
+
 def test_a_completion_through_ollama_is_post_processed_like_any_other():
-    with FakeEngine(ollama(show(QWEN_VOCAB), ANSWER)) as engine:
-        remote = EngineBackend(OllamaClient(engine.url), timeout_s=2)
-        completion = remote.complete(
-            CompletionRequest(text="def add(a, b):\n    return \n", line=1, column=11)
-        )
-        sent = engine.bodies("/api/generate")[0]
+    completion, sent = complete_through_ollama(ANSWER, AFTER_RETURN)
     assert completion.text == "a + b"
     assert completion.model == "qwen2.5-coder:0.5b"
     assert completion.stats["engine"]["prefilledTokens"] == 12
@@ -149,17 +154,10 @@ def test_on_a_blank_line_an_engine_is_not_stopped_by_its_first_line_break():
         {"model": "m", "response": "(a, b):\n", "done": False},
         ANSWER[-1],
     ]
-    with FakeEngine(ollama(show(QWEN_VOCAB), answer)) as engine:
-        remote = EngineBackend(OllamaClient(engine.url), timeout_s=2)
-        completion = remote.complete(
-            CompletionRequest(text="def add(a, b):\n    return a + b\n\n", line=2, column=0)
-        )
-        sent = engine.bodies("/api/generate")[0]
+    blank = CompletionRequest(text="def add(a, b):\n    return a + b\n\n", line=2, column=0)
+    completion, sent = complete_through_ollama(answer, blank)
     assert completion.text == "def sub(a, b):"
     assert "\n" not in sent["options"]["stop"]
     # Mid-line (after code) the engine is told to stop at the line's end, as before.
-    with FakeEngine(ollama(show(QWEN_VOCAB), ANSWER)) as engine:
-        EngineBackend(OllamaClient(engine.url), timeout_s=2).complete(
-            CompletionRequest(text="def add(a, b):\n    return \n", line=1, column=11)
-        )
-        assert "\n" in engine.bodies("/api/generate")[0]["options"]["stop"]
+    _, sent = complete_through_ollama(ANSWER, AFTER_RETURN)
+    assert "\n" in sent["options"]["stop"]
