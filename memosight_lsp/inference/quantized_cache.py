@@ -163,10 +163,17 @@ def transformers_version() -> str | None:
         return None
 
 
+def _read_kept(target: Path) -> tuple[Any, Any]:
+    """What keep_config wrote at `target`: the transformers version that kept it and the
+    config's values (OSError, ValueError, KeyError or TypeError when it is missing or not that)."""
+    kept = json.loads(target.read_text())
+    return kept["transformers"], kept["config"]
+
+
 def _kept_version(target: Path) -> str | None:
     """The transformers version that kept the config at `target` (None: none readable)."""
     try:
-        return str(json.loads(target.read_text())["transformers"])
+        return str(_read_kept(target)[0])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -177,10 +184,9 @@ def kept_config(path: Path) -> LlamaFamilyConfig | None:
     transformers; llama_family.transformers_config gives transformers' class back); None when
     none is kept for this transformers version."""
     try:
-        kept = json.loads(config_file(path).read_text())
-        if kept["transformers"] != transformers_version() or not path.is_file():
+        version, values = _read_kept(config_file(path))
+        if version != transformers_version() or not path.is_file():
             return None
-        values = kept["config"]
         if not isinstance(values, dict) or not isinstance(values.get("model_type"), str):
             raise ValueError("no model type")
         config = LlamaFamilyConfig(values)
