@@ -119,17 +119,15 @@ def rope_tables(config: Any) -> tuple[torch.Tensor, float]:
     transformers' arithmetic (modeling_rope_utils), the others by transformers."""
     rope = _rope(config)
     rope_type = rope.get("rope_type", "default")
-    if rope_type == "default":
-        dim = _head_dim(config)
-        steps = torch.arange(0, dim, 2, dtype=torch.float, device="cpu")
-        return 1.0 / (rope["rope_theta"] ** (steps / dim)), 1.0
-    if rope_type not in ("linear", "llama3"):
+    if rope_type not in ("default", "linear", "llama3"):
         from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
         return ROPE_INIT_FUNCTIONS[rope_type](transformers_config(config), "cpu")
     dim = int(_head_dim(config) * rope.get("partial_rotary_factor", 1.0))
-    steps = torch.arange(0, dim, 2, dtype=torch.int64).to(device="cpu", dtype=torch.float)
+    steps = torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").to(dtype=torch.float)
     inv_freq = 1.0 / (rope["rope_theta"] ** (steps / dim))
+    if rope_type == "default":
+        return inv_freq, 1.0
     factor = rope["factor"]
     if rope_type == "linear":
         return inv_freq / factor, 1.0
