@@ -3,7 +3,10 @@ suggestion with text (a few seconds: the server's imports and the tiny model's l
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +38,13 @@ def test_one_run_times_initialize_ready_and_the_first_suggestion(
     assert result["settings"]["model"]["path"] == str(tiny_model_dir)
     assert any("loaded in" in entry["line"] for entry in run["log"])
     assert startup.table(result).splitlines()[-1].startswith("| median |")
+
+
+def test_servers_start_as_installed_with_their_compiled_modules(monkeypatch):
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # as some sandboxes set it
+    assert startup.server_environment("environment") is None  # the environment as it is
+    env = startup.server_environment("kept")
+    assert env is not None and "PYTHONDONTWRITEBYTECODE" not in env
+    assert env["PATH"] == os.environ["PATH"]
+    compiled = Path(importlib.util.cache_from_source(startup.__file__))
+    assert compiled.is_file()  # compiled as pip would

@@ -112,3 +112,21 @@ def test_real_tokenizers_give_the_same_tokens(cache_home, name):
         pytest.skip(f"{folder} is not here: run .ci/engines.sh")
     full = load_tokenizer(folder)
     assert_same(load_tokenizer(folder), full, real_texts(60))
+
+
+def test_a_token_lookup_agrees_with_the_vocabulary(cache_home, tiny_model_dir):
+    load_tokenizer(tiny_model_dir)
+    fast = load_tokenizer(tiny_model_dir)
+    assert isinstance(fast, FastTokenizer)
+    vocab = fast.get_vocab()
+    lookup = fast_tokenizer.token_lookup(fast)
+    special = [fast.decode([i]) for i in fast.all_special_ids]
+    for token in [*list(vocab)[:200], *special]:
+        assert token in lookup and lookup[token] == vocab[token]
+    for absent in ["no such token at all \u2603", "", 5]:
+        assert absent not in lookup
+    with pytest.raises(KeyError):
+        lookup["no such token at all \u2603"]
+    assert len(lookup) == len(vocab) and set(lookup) == set(vocab)
+    full = transformers_tokenizer(tiny_model_dir)
+    assert fast_tokenizer.token_lookup(full) == full.get_vocab()

@@ -115,7 +115,9 @@ class Candidates:
 
     def choose(self, **options) -> precision.Precision:
         self.loads.clear()
-        return precision.choose(self.folder, self, self.tokenizer, small_model_bytes=0, **options)
+        return precision.choose(
+            self.folder, self, lambda: self.tokenizer, small_model_bytes=0, **options
+        )
 
 
 def cached_entry(tmp_path) -> dict:

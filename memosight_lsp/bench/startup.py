@@ -14,14 +14,22 @@ after `self.` (a held-out file every machine has); `--file --line --character` n
 What is cached (the converted GGUF, the precision measured, the native kernels, the model's
 timings) is whatever the machine has: run it twice to see the cached case.
 
-    memosight bench startup [--model M] [--runs 3] [--timeout 120] [--json]
+Python's compiled modules: an installed package has them (pip compiles it; an editable install
+writes them on its first import), so by default (`--bytecode kept`) the package is compiled
+before the first run, as an install would have it, and the servers run without
+PYTHONDONTWRITEBYTECODE, which some sandboxes set and which makes every start compile all of
+the package's modules again. `--bytecode environment` runs them in the environment as it is.
+
+    memosight bench startup [--model M] [--runs 3] [--timeout 120] [--bytecode kept] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import json
+import os
 import re
 import statistics
 import sys
@@ -138,12 +146,24 @@ async def ask_until_text(
     return None, requests
 
 
-async def one_run(options: dict[str, Any], cursor: Cursor, timeout_s: float) -> dict[str, Any]:
+def server_environment(bytecode: str) -> dict[str, str] | None:
+    """The servers' environment: this one, less PYTHONDONTWRITEBYTECODE with `kept` (None: this
+    one as it is), after compiling the package as an install would (`kept` only)."""
+    if bytecode != "kept":
+        return None
+    package = Path(__file__).resolve().parents[1]
+    compileall.compile_dir(str(package), quiet=2)  # nothing on stdout (the JSON)
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+async def one_run(
+    options: dict[str, Any], cursor: Cursor, timeout_s: float, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """One fresh server, from the spawn to the first suggestion with text."""
     states: dict[str, float] = {}  # state -> seconds from the spawn it was first reported
     spawned_wall = time.time()
     spawned = time.monotonic()
-    server = StdioServer(SERVER_COMMAND, stderr="collect")
+    server = StdioServer(SERVER_COMMAND, stderr="collect", env=env)
 
     def on_status(params: Any) -> None:  # on the client's reader thread
         state = params.get("state") if isinstance(params, dict) else None
@@ -191,9 +211,10 @@ def median(values: list[float | None]) -> float | None:
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     options = server_options(args)
     cursor = cursor_from_args(args)
+    env = server_environment(args.bytecode)
     runs: list[dict[str, Any]] = []
     for n in range(1, args.runs + 1):
-        run = await one_run(options, cursor, args.timeout)
+        run = await one_run(options, cursor, args.timeout, env)
         runs.append(run)
         shown = ", ".join(f"{k} {run[k]}" for k in (*MILESTONES, "loadedInS"))
         sys.stderr.write(f"startup: run {n}/{args.runs}: {shown}, text {run.get('text')!r}\n")
@@ -202,6 +223,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "file": str(cursor.path),
         "position": {"line": cursor.line, "character": cursor.character},
         "timeoutS": args.timeout,
+        "bytecode": args.bytecode,
         "runs": runs,
         "median": {k: median([r[k] for r in runs]) for k in (*MILESTONES, "loadedInS")},
     }
@@ -245,6 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--character", type=int, default=0, help="its UTF-16 column")
     parser.add_argument(
         "--timeout", type=float, default=120.0, help="seconds per run to the first suggestion"
+    )
+    parser.add_argument(
+        "--bytecode",
+        choices=("kept", "environment"),
+        default="kept",
+        help="kept: the package's compiled modules kept between starts, as installed "
+        "(default); environment: as this environment has it",
     )
     parser.add_argument("--json", action="store_true", help="JSON with every run and its log")
     return parser

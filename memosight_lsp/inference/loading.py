@@ -17,7 +17,15 @@ from typing import Any
 # is local_files_only) or run code from a model folder (trust_remote_code is always False).
 import torch
 
-from . import fast_tokenizer, gguf, llama_family, native_kernels, precision, quantized_cache
+from . import (
+    fast_tokenizer,
+    gguf,
+    llama_family,
+    native_kernels,
+    overlap,
+    precision,
+    quantized_cache,
+)
 from .errors import ModelLoadError
 from .fim import FimFormat, resolve_fim_format
 from .fused_trunk import prepare_trunk
@@ -164,7 +172,7 @@ def stop_token_ids(tokenizer: Any, fim: FimFormat | None) -> frozenset[int]:
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
-    vocab = tokenizer.get_vocab()
+    vocab = fast_tokenizer.token_lookup(tokenizer)
     for token in fim.stop_tokens if fim else ():
         if token in vocab:
             ids.add(int(vocab[token]))
@@ -205,7 +213,8 @@ def load_model(
                 "load only with memosight.model.allowPickle set in your user settings "
                 "(or convert them to safetensors)"
             )
-    tokenizer = load_tokenizer(folder)
+    # Read while the weights' file reads (inference/overlap.py), or where first needed.
+    tokenizer_load = overlap.Deferred(lambda: load_tokenizer(folder))
     config = functools.cache(lambda: read_config(folder))  # read when a load needs it
     origin = gguf.summary_of(folder)
     asked, note = _gguf_only(asked, origin, path, dtype, torch_device)
@@ -244,7 +253,7 @@ def load_model(
     # is still there to read its types and grids from.
     mix = gguf.mix_rule() if origin and Path(origin.file).is_file() else None
     chosen = asked or precision.choose(
-        folder, load, tokenizer, progress=progress, remeasure=remeasure, mix=mix
+        folder, load, tokenizer_load.result, progress=progress, remeasure=remeasure, mix=mix
     )
     if note:
         chosen = dataclasses.replace(chosen, reason=f"{chosen.reason}; {note}")
@@ -256,9 +265,11 @@ def load_model(
         count=True,
         allow_pickle=allow_pickle,
         plan=plan,
+        meanwhile=tokenizer_load.run,
     )
+    tokenizer = tokenizer_load.result()
     try:
-        fim = resolve_fim_format(tokenizer.get_vocab(), fim_format)
+        fim = resolve_fim_format(fast_tokenizer.token_lookup(tokenizer), fim_format)
     except ValueError as err:
         raise ModelLoadError(str(err)) from err
     half = _may_run_native_kernels(chosen, folder, torch_device)
@@ -400,15 +411,16 @@ def _load_weights(
     keep: bool = True,
     allow_pickle: bool = False,
     plan: Callable[[], MixedPlan] | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Any:
     """The model in eval mode on `device` in the chosen precision, its trunk built (with
     `count`: also the number of parameters it had before quantization). A quantized model is
     read from its quantized form when one was kept (quantized_cache), else made and, with
-    `keep`, kept."""
+    `keep`, kept. `meanwhile` runs during the kept form's read, if there is one."""
     kept = None
     if chosen.quantization != "none":
         kept_file = quantized_cache.cache_file(folder, _kept_kind(chosen), chosen.dtype)
-        kept = quantized_cache.load(kept_file, copy.deepcopy(config), chosen.dtype)
+        kept = quantized_cache.load(kept_file, copy.deepcopy(config), chosen.dtype, meanwhile)
     if kept is not None:
         model, num_parameters = kept
         model.to(device)  # type: ignore[arg-type]

@@ -164,7 +164,7 @@ def explicit(dtype: str, quantization: str, device: torch.device) -> Precision |
 def choose(
     folder: Path,
     load: Callable[[Precision], Any | None],
-    tokenizer: Any,
+    tokenizer: Callable[[], Any],
     *,
     progress: Callable[[str], None] | None = None,
     small_model_bytes: int | None = None,
@@ -176,10 +176,11 @@ def choose(
     measured now (`remeasure`: measured again whatever is cached) and cached; a provisional
     cached one is measured again (see the module docstring). `load(precision)` returns the
     model in that precision, or None when the model cannot take it (int4 on products its groups
-    do not divide). `mix`: the model came from a GGUF file, whose own mix of int8 and int4
-    ("gguf", this rule: inference/gguf.py mix_rule) is the quantized candidate instead of int8 and
-    int4 for all: quantizing the file's weights a second time costs quality the one-token
-    agreement does not see (docs/context.md, run 9)."""
+    do not divide); `tokenizer()` gives the model's tokenizer, asked for only to measure. `mix`:
+    the model came from a GGUF file, whose own mix of int8 and int4 ("gguf", this rule:
+    inference/gguf.py mix_rule) is the quantized candidate instead of int8 and int4 for all:
+    quantizing the file's weights a second time costs quality the one-token agreement does not
+    see (docs/context.md, run 9)."""
     small = SMALL_MODEL_BYTES if small_model_bytes is None else small_model_bytes
     if weight_bytes(folder) < small:
         return Precision(
@@ -199,7 +200,7 @@ def choose(
     )
     load_before = machine.load_average()
     others = machine.OtherLoad()
-    measured = _measure(load, tokenizer, _candidates(gguf_mix=mix is not None))
+    measured = _measure(load, tokenizer(), _candidates(gguf_mix=mix is not None))
     other_cores = others.cores()
     attempts = 1
     if cached is not None:  # keep the fastest of every attempt: busy only slows passes down

@@ -21,12 +21,13 @@ import importlib.metadata
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import atomic_file, llama_family
+from . import atomic_file, llama_family, overlap
 from .family_config import LlamaFamilyConfig
 from .quantize import (
     QuantizedEmbedding,
@@ -88,13 +89,16 @@ def save(model: Any, path: Path, num_parameters: int) -> None:
         log.warning("cannot keep the quantized model in %s: %s", path, err)
 
 
-def load(path: Path, config: Any, dtype: torch.dtype) -> tuple[Any, int] | None:
+def load(
+    path: Path, config: Any, dtype: torch.dtype, meanwhile: Callable[[], None] | None = None
+) -> tuple[Any, int] | None:
     """The model rebuilt from a stored file and its parameter count before quantization, or
-    None when there is no usable file."""
+    None when there is no usable file. `meanwhile` runs during the file's read (read_tensors);
+    not at all when there is no file."""
     if not path.is_file():
         return None
     try:
-        metadata, tensors = read_tensors(path)
+        metadata, tensors = read_tensors(path, meanwhile)
         layout = json.loads(metadata["layout"])
         num_parameters = int(metadata["parameters"])
     except (OSError, KeyError, ValueError, RuntimeError) as err:
@@ -111,9 +115,10 @@ def load(path: Path, config: Any, dtype: torch.dtype) -> tuple[Any, int] | None:
             model = AutoModelForCausalLM.from_config(
                 config, dtype=dtype, attn_implementation="sdpa"
             )
+    names = {id(module): name for name, module in model.named_modules()}
     try:
         for parent, attribute, linear in list(quantizable_linears(model)):
-            name = _name_of(model, linear)
+            name = names[id(linear)]
             entry = layout[name]
             weight = _take(tensors, entry, f"{name}.quantized")
             bias = tensors.get(f"{name}.bias")  # also loaded below, with the dense tensors
@@ -207,25 +212,33 @@ _DTYPES = {
 }
 
 
-def read_tensors(path: Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
-    """A safetensors file read tensor by tensor into memory torch allocated: mapped tensors
-    would be misaligned for the int8 / int4 kernels (they crash on them), and copying mapped
-    ones would hold the whole file twice at the peak."""
+def read_tensors(
+    path: Path, meanwhile: Callable[[], None] | None = None
+) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """A safetensors file read into memory torch allocated, tensor by tensor in one scatter
+    read: mapped tensors would be misaligned for the int8 / int4 kernels (they crash on them),
+    and copying mapped ones would hold the whole file twice at the peak. `meanwhile` runs on
+    this thread while the read runs on another (inference/overlap.py)."""
     tensors: dict[str, torch.Tensor] = {}
+    buffers: list[memoryview] = []
     with path.open("rb") as handle:
         size = int.from_bytes(handle.read(8), "little")
         header = json.loads(handle.read(size))
         start = 8 + size
         metadata = header.pop("__metadata__", {}) or {}
+        expected = start
         for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
             begin, end = info["data_offsets"]
             tensor = torch.empty(info["shape"], dtype=_DTYPES[info["dtype"]])
-            handle.seek(start + begin)
-            if tensor.numel():
-                view = tensor.view(-1).view(torch.uint8).numpy().data  # a memoryview
-                if view.nbytes != end - begin or handle.readinto(view) != end - begin:
-                    raise ValueError(f"{path.name} is truncated at {name}")
+            view = tensor.view(-1).view(torch.uint8).numpy().data  # a memoryview
+            if start + begin != expected or view.nbytes != end - begin:
+                raise ValueError(f"{path.name} has a gap or an overlap at {name}")
+            expected = start + end
+            buffers.append(view)
             tensors[name] = tensor
+        read = overlap.read_meanwhile(handle.fileno(), buffers, start, meanwhile)
+    if read != expected - start:
+        raise ValueError(f"{path.name} is truncated")
     return metadata, tensors
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
 from memosight_lsp.context import Rerank
 from memosight_lsp.context.tokens import TokenCounter
-from memosight_lsp.inference import compression_policy, machine
+from memosight_lsp.inference import compression_policy, fast_tokenizer, machine
 from memosight_lsp.inference.chunk_scoring import model_text_scorer
 from memosight_lsp.inference.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
 from memosight_lsp.inference.core_share import CoreShare
@@ -243,13 +243,13 @@ class LocalBackend:
         if not request.repo_format or request.index is None or fim is None:
             return None
         tokens = (fim.repo_name_token, fim.file_sep_token)
-        if not all(t is not None and t in self.vocabulary_tokens for t in tokens):
+        if not all(t is not None and t in self.token_ids for t in tokens):
             return None
         return request.index.root.name
 
     @cached_property
-    def vocabulary_tokens(self) -> frozenset[str]:
-        return frozenset(self.loaded.tokenizer.get_vocab())
+    def token_ids(self) -> Mapping[str, int]:
+        return fast_tokenizer.token_lookup(self.loaded.tokenizer)
 
     def chunk_rerank(self, budget: int) -> Rerank | None:
         """The model as second-stage context ranker, where the policy allows it."""
