@@ -107,7 +107,8 @@ def test_a_kept_file_with_its_end_cut_off_is_made_again(wide_folder, tmp_path): 
 
 
 def test_the_cached_load_reads_the_tokenizer_beside_the_weights(
-    wide_folder, monkeypatch  # noqa: F811
+    wide_folder,
+    monkeypatch,  # noqa: F811
 ):
     load_model(wide_folder, device="cpu", dtype="bfloat16", quantization="int8")
     beside: list[str] = []
