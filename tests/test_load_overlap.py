@@ -1,6 +1,7 @@
 """A model's load reads the kept weights while the tokenizer loads (inference/overlap.py): the
-scatter read fills every tensor with the file's bytes, a short or broken file is an error, the
-work beside the read runs once and its error reaches whoever needs its value."""
+scatter read fills every buffer with the file's bytes (with or without preadv), a short file
+reads short, the work beside the read runs once and its error reaches whoever needs its value.
+The load itself: tests/test_quantized_cache.py."""
 
 from __future__ import annotations
 
@@ -10,10 +11,7 @@ import threading
 import pytest
 import torch
 
-from memosight_lsp.inference import overlap, quantized_cache
-from memosight_lsp.inference.fast_tokenizer import FastTokenizer
-from memosight_lsp.inference.loading import load_model
-from tests.test_quantized_cache import private_cache, run, wide_folder  # noqa: F401
+from memosight_lsp.inference import overlap
 
 
 def buffers_of(sizes: list[int]) -> list[torch.Tensor]:
@@ -94,32 +92,11 @@ def test_deferred_work_runs_once_and_its_error_is_raised_where_needed():
     assert overlap.Deferred(lambda: 7).result() == 7
 
 
-def test_a_kept_file_with_its_end_cut_off_is_made_again(wide_folder, tmp_path):  # noqa: F811
-    first = load_model(wide_folder, device="cpu", dtype="bfloat16", quantization="int8")
-    (kept,) = (tmp_path / "cache" / "memosight" / "quantized").glob("*.safetensors")
-    whole = kept.read_bytes()
-    kept.write_bytes(whole[:-100])  # the header whole, the last tensor short
-    with pytest.raises(ValueError, match="truncated"):
-        quantized_cache.read_tensors(kept)
-    again = load_model(wide_folder, device="cpu", dtype="bfloat16", quantization="int8")
-    assert run(again) == run(first)
-    assert kept.stat().st_size == len(whole)
-
-
-def test_the_cached_load_reads_the_tokenizer_beside_the_weights(
-    wide_folder,
-    monkeypatch,  # noqa: F811
-):
-    load_model(wide_folder, device="cpu", dtype="bfloat16", quantization="int8")
-    beside: list[str] = []
-    original = quantized_cache.read_tensors
-
-    def watched(path, meanwhile=None):  # the real read, noting what ran beside it
-        beside.append("meanwhile given" if meanwhile is not None else "none")
-        return original(path, meanwhile)
-
-    monkeypatch.setattr(quantized_cache, "read_tensors", watched)
-    loaded = load_model(wide_folder, device="cpu", dtype="bfloat16", quantization="int8")
-    assert beside == ["meanwhile given"]
-    assert isinstance(loaded.tokenizer, FastTokenizer)  # the kept tokenizer, read beside
-    assert loaded.tokenizer.encode("def f(x):\n    return x\n", add_special_tokens=False)
+def test_without_preadv_the_buffers_are_read_one_by_one(data_file, monkeypatch):
+    monkeypatch.delattr(os, "preadv")  # as on Windows
+    tensors = buffers_of([10, 0, 1000, 7, 50_000, 300_000])
+    with data_file.open("rb") as handle:
+        count = overlap.read_into(handle.fileno(), views(tensors), 10)
+    assert count == 300_000 - 10
+    joined = b"".join(tensor.numpy().tobytes() for tensor in tensors)
+    assert joined[:count] == data_file.read_bytes()[10:]

@@ -7,6 +7,7 @@ import torch
 
 from memosight_lsp.inference import quantized_cache
 from memosight_lsp.inference.decoder import StopRules
+from memosight_lsp.inference.fast_tokenizer import FastTokenizer
 from memosight_lsp.inference.greedy import greedy_generate
 from memosight_lsp.inference.loading import load_model
 from memosight_lsp.inference.quantize import QuantizedEmbedding, QuantizedLinear
@@ -69,3 +70,31 @@ def test_each_quantization_has_its_own_file(wide_folder):
     int8 = quantized_cache.cache_file(wide_folder, "int8", torch.bfloat16)
     assert int8 != quantized_cache.cache_file(wide_folder, "int4", torch.bfloat16)
     assert int8 != quantized_cache.cache_file(wide_folder, "int8", torch.float32)
+
+
+def test_a_kept_file_with_its_end_cut_off_is_made_again(wide_folder, tmp_path):
+    first = load_model(wide_folder, device="cpu", dtype="bfloat16", quantization="int8")
+    (kept,) = (tmp_path / "cache" / "memosight" / "quantized").glob("*.safetensors")
+    whole = kept.read_bytes()
+    kept.write_bytes(whole[:-100])  # the header whole, the last tensor short
+    with pytest.raises(ValueError, match="truncated"):
+        quantized_cache.read_tensors(kept)
+    again = load_model(wide_folder, device="cpu", dtype="bfloat16", quantization="int8")
+    assert run(again) == run(first)
+    assert kept.stat().st_size == len(whole)
+
+
+def test_the_cached_load_reads_the_tokenizer_beside_the_weights(wide_folder, monkeypatch):
+    load_model(wide_folder, device="cpu", dtype="bfloat16", quantization="int8")
+    beside: list[str] = []
+    original = quantized_cache.read_tensors
+
+    def watched(path, meanwhile=None):  # the real read, noting what ran beside it
+        beside.append("meanwhile given" if meanwhile is not None else "none")
+        return original(path, meanwhile)
+
+    monkeypatch.setattr(quantized_cache, "read_tensors", watched)
+    loaded = load_model(wide_folder, device="cpu", dtype="bfloat16", quantization="int8")
+    assert beside == ["meanwhile given"]
+    assert isinstance(loaded.tokenizer, FastTokenizer)  # the kept tokenizer, read beside
+    assert loaded.tokenizer.encode("def f(x):\n    return x\n", add_special_tokens=False)

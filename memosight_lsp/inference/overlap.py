@@ -58,8 +58,9 @@ def read_into(fd: int, buffers: Sequence[memoryview], offset: int) -> int:
     during each); the number of bytes read, short only at the end of the file."""
     total = 0
     views = [memoryview(buffer).cast("B") for buffer in buffers if buffer.nbytes]
+    scatter = getattr(os, "preadv", None) or _read_one_by_one  # no preadv: Windows, old macOS
     while views:  # every call reads at least one byte or ends the loop: bounded by the size
-        count = os.preadv(fd, views[:MAX_BUFFERS_PER_CALL], offset + total)
+        count = scatter(fd, views[:MAX_BUFFERS_PER_CALL], offset + total)
         if count <= 0:
             break
         total += count
@@ -68,6 +69,19 @@ def read_into(fd: int, buffers: Sequence[memoryview], offset: int) -> int:
             views.pop(0)
         if views and count:
             views[0] = views[0][count:]
+    return total
+
+
+def _read_one_by_one(fd: int, views: Sequence[memoryview], offset: int) -> int:
+    """preadv's result where the system has none: the buffers filled in turn from `offset`."""
+    os.lseek(fd, offset, os.SEEK_SET)
+    with open(fd, "rb", buffering=0, closefd=False) as handle:
+        total = 0
+        for view in views:
+            count = handle.readinto(view) or 0
+            total += count
+            if count < view.nbytes:
+                break
     return total
 
 
