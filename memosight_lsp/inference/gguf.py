@@ -15,6 +15,7 @@ Nothing here runs code from the file: GGUF is a data format (metadata and arrays
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -41,6 +42,7 @@ INT8_ABOVE_BITS = 4.5
 GRID_TYPES = ("Q4_0", "Q4_1", "Q4_K")
 MIX_FORMAT = 1  # bump when the rule changes: cache keys (precision, quantized_cache) carry it
 SOURCE_FILE = "gguf.json"  # in a converted folder: the file it came from, its quantization
+NAMES_FILE = "gguf-names.json"  # ... and the file's tensor names -> the model's parameters
 SHARD_BYTES = 1 << 30  # safetensors shards of at most ~1 GiB keep conversion memory bounded
 HASH_CHUNK = 8 << 20
 # Progress callback: (message) -> None, called now and then while converting.
@@ -156,8 +158,9 @@ def mixed_plan(folder: Path) -> MixedPlan:
     """Quantization "gguf" for a converted folder: each weight's kind from its tensor type in
     the GGUF file it came from, and the file's own grid for the 4-bit ones (read from the file
     when asked for)."""
-    from gguf import GGUFReader
     from transformers import AutoConfig
+
+    from .gguf_tensors import TensorReader
 
     origin = summary_of(folder)
     if origin is None:
@@ -166,11 +169,12 @@ def mixed_plan(folder: Path) -> MixedPlan:
     try:
         if file_digest(source) != origin.sha256:
             raise GgufError(f"{source} changed since it was converted; load it again")
-        reader = GGUFReader(source)
+        reader = TensorReader(source)  # the tokenizer's arrays are not needed here
     except (OSError, ValueError) as err:
         raise GgufError(f"cannot read {source}: {_one_line(err)}") from err
     config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
-    _, processor, names = _name_map(reader, config)
+    processor = _processor(reader, config)
+    names = _kept_names(folder, config, processor)
     tensors = {names[t.name]: t for t in reader.tensors if t.name in names}
     kinds = {name: kind_of_type(t.tensor_type.name) for name, t in tensors.items()}
 
@@ -401,17 +405,42 @@ def _name_map(reader: Any, config: Any) -> tuple[Any, Any, dict[str, str]]:
     """The architecture's skeleton (meta tensors), transformers' tensor processor for it and
     the map from the file's tensor names to the model's parameter names."""
     from transformers import AutoModelForCausalLM
-    from transformers.modeling_gguf_pytorch_utils import (
-        TENSOR_PROCESSORS,
-        TensorProcessor,
-        get_gguf_hf_weights_map,
-    )
+    from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
 
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)
-    architecture = _field(reader, "general.architecture") or config.model_type
-    processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config.to_dict())
+    processor = _processor(reader, config)
     return skeleton, processor, get_gguf_hf_weights_map(skeleton, processor)
+
+
+def _processor(reader: Any, config: Any) -> Any:
+    """transformers' tensor processor for the file's architecture (it reorders rows for some)."""
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor
+
+    architecture = _field(reader, "general.architecture") or config.model_type
+    return TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config.to_dict())
+
+
+def _kept_names(folder: Path, config: Any, processor: Any) -> dict[str, str]:
+    """The map from the file's tensor names to the model's parameters, kept in the converted
+    folder after the first time: transformers builds it by walking a skeleton of the model
+    with a name table made again for every module (seconds, at every quantization)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
+
+    version = importlib.metadata.version("transformers")  # its map may change with it
+    kept = _read_json(folder / NAMES_FILE)
+    names = kept.get("names") if kept.get("transformers") == version else None
+    if isinstance(names, dict) and all(isinstance(v, str) for v in names.values()) and names:
+        return names
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)
+    names = dict(get_gguf_hf_weights_map(skeleton, processor))
+    try:
+        atomic_file.write_json(folder / NAMES_FILE, {"transformers": version, "names": names})
+    except OSError as err:  # a read-only folder: made again next time
+        log.info("cannot keep the tensor names in %s: %s", folder, err)
+    return names
 
 
 def _tied(model: Any, config: Any) -> set[str]:
