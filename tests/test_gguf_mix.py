@@ -179,3 +179,19 @@ def test_gguf_asked_for_is_what_auto_chose_and_shares_its_kept_form(
         for name, weight in weights.items():
             assert torch.equal(weight, want_weights[name]), name
         assert torch.equal(logits, want_logits)
+
+
+def test_the_tensor_names_are_kept_at_conversion_and_made_again_when_stale(mixed_gguf):
+    path, _ = mixed_gguf
+    folder = gguf_files.converted_folder(path)
+    kept = folder / gguf_files.NAMES_FILE
+    written = json.loads(kept.read_text())
+    names = written["names"]
+    assert names["blk.0.attn_q.weight"] == "model.layers.0.self_attn.q_proj.weight"
+    plan = gguf_files.mixed_plan(folder)  # read back: the same kinds as from a fresh map
+    kept.write_text(json.dumps({"transformers": "0.0-other", "names": {"x": "y"}}))
+    assert gguf_files.mixed_plan(folder).kinds == plan.kinds  # a stale map is made again
+    assert json.loads(kept.read_text()) == written
+    kept.write_text("{not json")
+    assert gguf_files.mixed_plan(folder).kinds == plan.kinds
+    assert json.loads(kept.read_text()) == written

@@ -257,10 +257,10 @@ def _grid_blocks(data: np.ndarray, type_name: str) -> tuple[np.ndarray, ...]:
 
 
 def _convert(source: Path, digest: str, folder: Path, progress: Progress):
-    from gguf import GGUFReader
+    from .gguf_tensors import TensorReader
 
     try:
-        reader = GGUFReader(source)
+        reader = TensorReader(source)  # the tokenizer is read by transformers (read_tokenizer)
     except (ValueError, OSError) as err:  # bad magic, truncated file, ...
         raise GgufError(f"{source} is not a readable GGUF file: {_one_line(err)}") from err
     config = _config(source)
@@ -354,6 +354,7 @@ def _write_weights(reader: Any, config: Any, dtype: torch.dtype, work: Path, pro
     from safetensors.torch import save_file
 
     skeleton, processor, names = _name_map(reader, config)
+    _keep_names(work, names)  # what the "gguf" quantization reads back (_kept_names)
     expected = set(skeleton.state_dict())
     shard: dict[str, torch.Tensor] = {}
     shard_bytes = 0
@@ -428,19 +429,30 @@ def _kept_names(folder: Path, config: Any, processor: Any) -> dict[str, str]:
     from transformers import AutoModelForCausalLM
     from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
 
-    version = importlib.metadata.version("transformers")  # its map may change with it
     kept = _read_json(folder / NAMES_FILE)
-    names = kept.get("names") if kept.get("transformers") == version else None
+    names = kept.get("names") if kept.get("transformers") == _transformers_version() else None
     if isinstance(names, dict) and all(isinstance(v, str) for v in names.values()) and names:
         return names
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)
     names = dict(get_gguf_hf_weights_map(skeleton, processor))
-    try:
-        atomic_file.write_json(folder / NAMES_FILE, {"transformers": version, "names": names})
-    except OSError as err:  # a read-only folder: made again next time
-        log.info("cannot keep the tensor names in %s: %s", folder, err)
+    _keep_names(folder, names)
     return names
+
+
+def _keep_names(folder: Path, names: dict[str, str]) -> None:
+    """Best effort: a folder that cannot take the file makes the map again next time."""
+    try:
+        atomic_file.write_json(
+            folder / NAMES_FILE, {"transformers": _transformers_version(), "names": names}
+        )
+    except OSError as err:
+        log.info("cannot keep the tensor names in %s: %s", folder, err)
+
+
+def _transformers_version() -> str:
+    """Kept with the name map: another transformers may map the names otherwise."""
+    return importlib.metadata.version("transformers")
 
 
 def _tied(model: Any, config: Any) -> set[str]:
