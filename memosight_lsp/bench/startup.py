@@ -12,7 +12,9 @@ went. The server is then shut down (shutdown, exit; killed when it does not leav
 The default file is the standard library's textwrap.py with a line in its second half cut just
 after `self.` (a held-out file every machine has); `--file --line --character` name another.
 What is cached (the converted GGUF, the precision measured, the native kernels, the model's
-timings) is whatever the machine has: run it twice to see the cached case.
+timings) is whatever the machine has: run it twice to see the cached case. Kernels not built
+yet are built as a user's server builds them, in the background while the model runs on
+torch's (other benchmarks build them first, commands/bench.py).
 
 Python's compiled modules: an installed package has them (pip compiles it; an editable install
 writes them on its first import), so by default (`--bytecode kept`) the package is compiled

@@ -40,10 +40,16 @@ def register(sub) -> None:
     parser.set_defaults(run=run)
 
 
+# Benchmarks of servers as a user starts them: the kernels are built as a user's server builds
+# them (in the background, torch's kernels meanwhile).
+AS_STARTED = frozenset({"startup"})
+
+
 def run(args: argparse.Namespace) -> int:
     # A benchmark measures the native kernels where they can run: built first, in the foreground
     # (a user's server builds them in the background and runs torch's meanwhile), and inherited
     # by the servers it starts.
-    os.environ.setdefault(native_kernels.ENV_SWITCH, "wait")
+    if args.name not in AS_STARTED:
+        os.environ.setdefault(native_kernels.ENV_SWITCH, "wait")
     module = importlib.import_module(f"memosight_lsp.bench.{BENCHMARKS[args.name]}")
     return int(module.main(list(args.rest)))
