@@ -281,6 +281,7 @@ def test_a_load_starts_the_build_in_the_background_and_says_so_once(monkeypatch,
     assert time.monotonic() - started < 5
     assert messages == ["building the native CPU kernels in the background, once for this machine"]
     assert "being built in the background" in native_kernels.describe()
+    assert native_kernels.being_built()  # a precision measured now would be on torch's
     builder = native_kernels._STATE.builder
     assert builder is not None
     builder.wait(120)
@@ -288,6 +289,7 @@ def test_a_load_starts_the_build_in_the_background_and_says_so_once(monkeypatch,
     native_kernels.refresh(messages.append)  # failed a moment ago: not tried again before the hour
     assert len(messages) == 1 and native_kernels._STATE.builder is builder
     assert native_kernels.describe().startswith("torch's (building them failed")
+    assert not native_kernels.being_built()
 
 
 def test_a_loader_that_finds_the_build_lock_held_falls_back_at_once(monkeypatch, tmp_path):
@@ -309,6 +311,7 @@ def test_a_loader_that_finds_the_build_lock_held_falls_back_at_once(monkeypatch,
         assert time.monotonic() - started < 2
         assert native_kernels._STATE.builder is None  # no second build beside the first
         assert "being built by another process" in native_kernels.describe()
+        assert native_kernels.being_built()
     finally:
         holder.kill()
         holder.wait()

@@ -172,6 +172,21 @@ def test_measured_choice_is_cached_with_how_it_was_measured(tiny_model_dir, tmp_
     assert len(candidates.loads) == 4 and cached_entry(tmp_path)["record"]["attempts"] == 1
 
 
+def test_while_the_kernels_build_bfloat16_serves_unmeasured(tiny_model_dir, tmp_path):
+    """What a first load would measure on torch's kernels is measured again on the native ones
+    (another cache key) and would be timed beside the build: not measured, nothing kept."""
+    candidates = Candidates(tiny_model_dir)
+    interim = candidates.choose(limits=QUIET, interim=True)
+    assert candidates.loads == []
+    assert interim == precision.INTERIM and interim.dtype == torch.bfloat16
+    assert "native kernels are being built" in interim.reason
+    assert not (tmp_path / "cache" / "memosight" / "precision.json").exists()
+    candidates.choose(limits=QUIET, interim=True, remeasure=True)  # asked for: measured
+    assert len(candidates.loads) == 4
+    measured = candidates.choose(limits=QUIET, interim=True)  # kept for these kernels: used
+    assert candidates.loads == [] and measured.reason.startswith("measured on this machine")
+
+
 def busy_processes(count: int) -> list[subprocess.Popen]:
     """Processes that keep cores busy at normal priority (a build or a test run beside)."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]

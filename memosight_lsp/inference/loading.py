@@ -253,7 +253,13 @@ def load_model(
     # is still there to read its types and grids from.
     mix = gguf.mix_rule() if origin and Path(origin.file).is_file() else None
     chosen = asked or precision.choose(
-        folder, load, tokenizer_load.result, progress=progress, remeasure=remeasure, mix=mix
+        folder,
+        load,
+        tokenizer_load.result,
+        progress=progress,
+        remeasure=remeasure,
+        mix=mix,
+        interim=native_kernels.being_built(),
     )
     if note:
         chosen = dataclasses.replace(chosen, reason=f"{chosen.reason}; {note}")

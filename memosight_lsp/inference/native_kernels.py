@@ -134,6 +134,7 @@ class _Kernels:
         self.reason = "not looked for yet"
         self.checked = False
         self.builder: subprocess.Popen[bytes] | None = None
+        self.building = False  # by this process or another: the next load may use them
 
 
 _STATE = _Kernels()
@@ -146,6 +147,12 @@ def kernels() -> ModuleType | None:
     if not _STATE.checked:
         refresh(build=_wait_mode())
     return _STATE.module
+
+
+def being_built() -> bool:
+    """Whether the kernels were not here at the last `refresh` but are being built (by this
+    process or another), so that a later load will most likely run them."""
+    return _STATE.module is None and _STATE.building
 
 
 def describe() -> str:
@@ -211,6 +218,7 @@ def _adopt(state: _Kernels, built: Target) -> ModuleType | None:
         return None
     state.module = module
     state.reason = ""
+    state.building = False
     log.info("native kernels in use (%s)", built.folder)
     return module
 
@@ -220,8 +228,10 @@ def _build_in_background(
 ) -> None:
     """Start the build child unless one runs, another process holds the build lock, or the
     last build failed recently; state.reason says which."""
+    state.building = False
     if state.builder is not None and state.builder.poll() is None:
         state.reason = "being built in the background; the next load uses them"
+        state.building = True
         return
     failure = _recent_failure(built)
     if failure is not None:
@@ -229,6 +239,7 @@ def _build_in_background(
         return
     if _lock_held(built.folder):
         state.reason = "being built by another process; the next load uses them"
+        state.building = True
         return
     try:
         state.builder = _spawn(built, wait=False)
@@ -236,6 +247,7 @@ def _build_in_background(
         state.reason = f"the build could not start: {err}"
         return
     state.reason = "being built in the background; the next load uses them"
+    state.building = True
     message = "building the native CPU kernels in the background, once for this machine"
     (progress or log.info)(message)
     threading.Thread(

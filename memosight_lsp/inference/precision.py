@@ -96,6 +96,15 @@ class Precision:
         return name if self.quantization == "none" else f"{self.quantization} weights, {name}"
 
 
+# While the native kernels build: the measurements on torch's kernels choose dense bfloat16 (it
+# also loads without quantizing); the next load, on the native kernels, measures.
+INTERIM = Precision(
+    dtype=torch.bfloat16,
+    quantization="none",
+    reason="not measured: the native kernels are being built, the next load measures",
+)
+
+
 @dataclass(kw_only=True)
 class Measurement:
     dtype: str
@@ -171,6 +180,7 @@ def choose(
     remeasure: bool = False,
     limits: Limits | None = None,
     mix: str | None = None,
+    interim: bool = False,
 ) -> Precision:
     """The fastest candidate whose quality holds for this model on this CPU: cached, or
     measured now (`remeasure`: measured again whatever is cached) and cached; a provisional
@@ -180,7 +190,10 @@ def choose(
     the model came from a GGUF file, whose own mix of int8 and int4 ("gguf", this rule:
     inference/gguf.py mix_rule) is the quantized candidate instead of int8 and int4 for all:
     quantizing the file's weights a second time costs quality the one-token agreement does not
-    see (docs/context.md, run 9)."""
+    see (docs/context.md, run 9). `interim`: the native kernels are being built, so what this
+    load measures would be measured again by the next (the cache is per kernels) and would be
+    timed beside the build: when nothing is cached, bfloat16 serves this load unmeasured
+    (INTERIM, what the measurements on torch's kernels choose) and nothing is kept."""
     small = SMALL_MODEL_BYTES if small_model_bytes is None else small_model_bytes
     if weight_bytes(folder) < small:
         return Precision(
@@ -193,6 +206,8 @@ def choose(
     cached = None if remeasure else _valid_entry(_read_cache().get(key))
     if cached is not None and not cached["record"].get("provisional"):
         return _from_entry(cached, "measured on this machine")
+    if interim and cached is None and not remeasure:
+        return INTERIM
     again = cached is not None
     (progress or log.info)(
         "measuring which precision runs this model fastest here"
