@@ -380,15 +380,42 @@ def after_pause(
     assert cursor is not None
     guess = replace(request, cursor=cursor, cursor_line=request.text.count("\n", 0, cursor))
     stop = threading.Event()
-    worker = threading.Thread(target=lambda: editor.prewarm(guess, cancelled=stop.is_set))
+    report: dict[str, Any] = {}
+    worker = threading.Thread(
+        target=lambda: report.update(editor.prewarm(guess, cancelled=stop.is_set))
+    )
     worker.start()
     time.sleep(pause_ms / 1000)
     asked = time.perf_counter()
     stop.set()  # the request cancels the pre-warm: it ends at its next chunk
     worker.join()
+    waited = time.perf_counter()
     result = predict(editor, request, model_only)
     result.total_ms = (time.perf_counter() - asked) * 1000
+    result.stats["prewarmWaitMs"] = round((waited - asked) * 1000, 1)
+    result.stats["prewarm"] = report
     return result
+
+
+def after_request(result: NextEdit) -> dict[str, Any]:
+    """Where a model answer's time went after the request: the prefill of what the buffer's
+    cache (the pause's pre-warm) did not hold, and the rewrite's decode, pass by pass (tokens
+    written per verification pass, drafted tokens per pass)."""
+    if result.source != "model" or not result.forward_passes:
+        return {}
+    passes = max(1, result.forward_passes - 1)
+    stats = result.stats
+    return {
+        "prefillMs": round(result.prefill_ms, 1),
+        "prefilledTokens": result.prompt_tokens - stats.get("reusedPromptTokens", 0),
+        "decodeMs": round(result.decode_ms, 1),
+        "passes": passes,
+        "tokensPerPass": round(result.new_tokens / passes, 1),
+        "draftedPerPass": round(stats.get("draftedTokens", 0) / passes, 1),
+        # The request waited for the pre-warm's running chunk (its tokens are reused).
+        "prewarmWaitMs": stats.get("prewarmWaitMs", 0.0),
+        "prewarm": stats.get("prewarm"),
+    }
 
 
 def applied(text: str, hunk: Hunk) -> str:
@@ -558,6 +585,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "stopReason": answer.stop_reason,
                     "newTokens": answer.new_tokens,
                     "latencyMs": round(answer.total_ms, 1),
+                    **after_request(answer),
                 }
             )
             first, last = answers[modes[-1], settings[0]], answer
