@@ -11,10 +11,12 @@ from test_speculative import FLAT_COST
 from transformers import AutoTokenizer
 
 from memosight_lsp.inference.decoder import Decoder, Run
+from memosight_lsp.inference.drafters import AcceptanceStats, DraftState
 from memosight_lsp.inference.edit_draft import (
     RESYNC_TOKENS,
     CopyBound,
     Reconverged,
+    WindowDraft,
     line_end_token,
 )
 from memosight_lsp.inference.loading import load_model
@@ -324,3 +326,53 @@ def test_next_editor_ends_an_unchanged_copy_below_the_cursor(tiny_model_dir):
     assert (bounded.stop_reason, bounded.complete, bounded.hunks) == ("bounded", True, [])
     assert bounded.rewrite == window and bounded.new_tokens < script // 2
     assert bounded.new_tokens + bounded.unwritten_tokens == script
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        None,
+        ("for line in text.splitlines(True):", "for line in text.split():"),  # before the bound
+        ("prefixed_lines = []", "out = []"),  # on the first line
+    ],
+)
+def test_the_tokens_left_are_those_a_copy_from_here_writes_before_the_stop(tokenizer, change):
+    """At every token of the rewrite from which it copies the old tokens up to where the copy
+    bound stops it, `copy_left` counts the tokens it still writes: a draft of that many holds
+    every token the rewrite writes and none it would discard."""
+    new = CODE if change is None else CODE.replace(*change)
+    target = tokenizer.encode(CODE + PLAIN_END, add_special_tokens=False)
+    rewrite = tokenizer.encode(new + PLAIN_END, add_special_tokens=False)
+    newlines = [tokenizer.decode([t]).count("\n") for t in target]
+    bound = line_end_token(newlines, 5)
+    assert bound is not None
+    rule = CopyBound(target, [n > 0 for n in newlines], bound)
+    seen = [(rule.place.pos, rule.copy_left())]  # after j tokens: the place, the tokens left
+    k = 0
+    while not rule(rewrite[: k + 1]):  # one token at a time, as the decoder asks
+        k += 1
+        seen.append((rule.place.pos, rule.copy_left()))
+    k += 1  # tokens written when it stops
+    copying = [
+        (j, left) for j, (pos, left) in enumerate(seen) if target[pos : pos + k - j] == rewrite[j:k]
+    ]
+    assert len(copying) > RESYNC_TOKENS  # at least the copy after the change
+    for j, left in copying:
+        assert left == k - j, j
+
+
+def test_the_window_draft_ends_where_the_copy_bound_stops_a_copy(tokenizer):
+    target = tokenizer.encode(CODE + PLAIN_END, add_special_tokens=False)
+    newlines = [tokenizer.decode([t]).count("\n") for t in target]
+    bound = line_end_token(newlines, 5)
+    assert bound is not None
+    rule = CopyBound(target, [n > 0 for n in newlines], bound)
+    draft = WindowDraft()
+    state = DraftState(committed=[1, 2], prompt_len=2)
+    for copy_left, longest in ((None, len(target)), (rule.copy_left, bound + 1)):
+        draft.set_target(target, copy_left)
+        draft.stats = AcceptanceStats({("window", 1): 0.999})  # no probability cut
+        draft.start(state)
+        (candidate,) = draft.candidates(state, room=len(target) + 10)
+        assert len(candidate.tokens) == longest
+        assert candidate.tokens == target[:longest]

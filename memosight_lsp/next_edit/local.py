@@ -237,7 +237,8 @@ class NextEditor:
         if request.plain:
             decoder = GreedyDecoder()
         else:
-            self.window_draft.set_target(draft_ids)
+            # The draft ends where the copy bound would stop a copy: rows past it are waste.
+            self.window_draft.set_target(draft_ids, bounded.copy_left if bounded else None)
             decoder = self.decoder
         generation = decoder(self.loaded.model, prompt_ids, rules, buffer_id=request.buffer_id)
         if early is not None and generation.stop_reason == "stop":
