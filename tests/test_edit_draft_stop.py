@@ -10,8 +10,8 @@ import torch
 from test_speculative import FLAT_COST
 from transformers import AutoTokenizer
 
-from memosight_lsp.inference.decoder import Decoder, Run
-from memosight_lsp.inference.drafters import AcceptanceStats, DraftState
+from memosight_lsp.inference.decoder import Decoder, Run, StopRules
+from memosight_lsp.inference.drafters import AcceptanceStats, CostModel, DraftState
 from memosight_lsp.inference.edit_draft import (
     RESYNC_TOKENS,
     CopyBound,
@@ -19,7 +19,9 @@ from memosight_lsp.inference.edit_draft import (
     WindowDraft,
     line_end_token,
 )
+from memosight_lsp.inference.greedy import greedy_generate
 from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.speculative import SpeculativeDecoder
 from memosight_lsp.next_edit.edit_history import EditHistory
 from memosight_lsp.next_edit.local import NextEditor
 from memosight_lsp.next_edit.predict import (
@@ -376,3 +378,29 @@ def test_the_window_draft_ends_where_the_copy_bound_stops_a_copy(tokenizer):
         (candidate,) = draft.candidates(state, room=len(target) + 10)
         assert len(candidate.tokens) == longest
         assert candidate.tokens == target[:longest]
+
+
+def test_a_copy_stopped_by_the_bound_verifies_no_row_past_the_stop(tiny_model_dir):
+    """Through the speculative decoder with a real (tiny) model whose greedy tokens are the old
+    ones: with the draft ended where the copy bound stops, the tokens are plain greedy's up to
+    the stop and every drafted token is one the rewrite writes; without it the pass drafts
+    past the stop."""
+    loaded = load_model(tiny_model_dir, device="cpu")
+    prompt = loaded.tokenizer.encode(CODE[:200], add_special_tokens=False)
+    greedy = greedy_generate(loaded.model, prompt, StopRules(max_new_tokens=60)).tokens
+    line_ends = [i % 8 == 7 for i in range(len(greedy))]  # a line every 8 tokens
+    flat = CostModel({1: 1.0, 128: 1.0})  # any draft the source gives is verified whole
+    drafted = {}
+    for capped in (False, True):
+        rule = CopyBound(greedy, line_ends, 28)  # stops once token 31 (a line end) is copied
+        draft = WindowDraft()
+        draft.stats = AcceptanceStats({("window", 1): 0.999})
+        draft.set_target(greedy, rule.copy_left if capped else None)
+        decoder = SpeculativeDecoder(
+            sources=[draft], cost_model=flat, max_draft=64, max_depth=64, calibrate=False
+        )
+        got = decoder(loaded.model, prompt, StopRules(max_new_tokens=60, should_stop=rule))
+        assert got.tokens == greedy[:32] and got.stop_reason == "stop", capped
+        drafted[capped] = got.stats["draftedTokens"]
+    assert drafted[True] == 31  # the first token comes from the prompt's pass
+    assert drafted[False] > 31
