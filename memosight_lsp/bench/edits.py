@@ -54,7 +54,8 @@ model is loaded and there are no speed rows. `--prompt-format` sets nextEdit.pro
 Prints JSON: per kind, cases, exact matches (share), proposals, latency p50/p90 of the whole
 prediction (prompt, prefill, rewrite, diff), tokens per pass, up to 4 missed cases (`examples`);
 overall rewrite tokens/s with the draft and plain, the speed-up, and how many compared rewrites
-were identical.
+were identical; per case (the last variant's answer), where a model answer's time went after
+the request (`after_request`: the wait for the pre-warm's chunk, prefill, decode, passes).
 """
 
 from __future__ import annotations
