@@ -10,14 +10,18 @@ import torch
 from test_speculative import FLAT_COST
 from transformers import AutoTokenizer
 
-from memosight_lsp.inference.decoder import Decoder, Run
+from memosight_lsp.inference.decoder import Decoder, Run, StopRules
+from memosight_lsp.inference.drafters import AcceptanceStats, CostModel, DraftState
 from memosight_lsp.inference.edit_draft import (
     RESYNC_TOKENS,
     CopyBound,
     Reconverged,
+    WindowDraft,
     line_end_token,
 )
+from memosight_lsp.inference.greedy import greedy_generate
 from memosight_lsp.inference.loading import load_model
+from memosight_lsp.inference.speculative import SpeculativeDecoder
 from memosight_lsp.next_edit.edit_history import EditHistory
 from memosight_lsp.next_edit.local import NextEditor
 from memosight_lsp.next_edit.predict import (
@@ -324,3 +328,79 @@ def test_next_editor_ends_an_unchanged_copy_below_the_cursor(tiny_model_dir):
     assert (bounded.stop_reason, bounded.complete, bounded.hunks) == ("bounded", True, [])
     assert bounded.rewrite == window and bounded.new_tokens < script // 2
     assert bounded.new_tokens + bounded.unwritten_tokens == script
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        None,
+        ("for line in text.splitlines(True):", "for line in text.split():"),  # before the bound
+        ("prefixed_lines = []", "out = []"),  # on the first line
+    ],
+)
+def test_the_tokens_left_are_those_a_copy_from_here_writes_before_the_stop(tokenizer, change):
+    """At every token of the rewrite from which it copies the old tokens up to where the copy
+    bound stops it, `copy_left` counts the tokens it still writes: a draft of that many holds
+    every token the rewrite writes and none it would discard."""
+    new = CODE if change is None else CODE.replace(*change)
+    target = tokenizer.encode(CODE + PLAIN_END, add_special_tokens=False)
+    rewrite = tokenizer.encode(new + PLAIN_END, add_special_tokens=False)
+    newlines = [tokenizer.decode([t]).count("\n") for t in target]
+    bound = line_end_token(newlines, 5)
+    assert bound is not None
+    rule = CopyBound(target, [n > 0 for n in newlines], bound)
+    seen = [(rule.place.pos, rule.copy_left())]  # after j tokens: the place, the tokens left
+    k = 0
+    while not rule(rewrite[: k + 1]):  # one token at a time, as the decoder asks
+        k += 1
+        seen.append((rule.place.pos, rule.copy_left()))
+    k += 1  # tokens written when it stops
+    copying = [
+        (j, left) for j, (pos, left) in enumerate(seen) if target[pos : pos + k - j] == rewrite[j:k]
+    ]
+    assert len(copying) > RESYNC_TOKENS  # at least the copy after the change
+    for j, left in copying:
+        assert left == k - j, j
+
+
+def test_the_window_draft_ends_where_the_copy_bound_stops_a_copy(tokenizer):
+    target = tokenizer.encode(CODE + PLAIN_END, add_special_tokens=False)
+    newlines = [tokenizer.decode([t]).count("\n") for t in target]
+    bound = line_end_token(newlines, 5)
+    assert bound is not None
+    rule = CopyBound(target, [n > 0 for n in newlines], bound)
+    draft = WindowDraft()
+    state = DraftState(committed=[1, 2], prompt_len=2)
+    for copy_left, longest in ((None, len(target)), (rule.copy_left, bound + 1)):
+        draft.set_target(target, copy_left)
+        draft.stats = AcceptanceStats({("window", 1): 0.999})  # no probability cut
+        draft.start(state)
+        (candidate,) = draft.candidates(state, room=len(target) + 10)
+        assert len(candidate.tokens) == longest
+        assert candidate.tokens == target[:longest]
+
+
+def test_a_copy_stopped_by_the_bound_verifies_no_row_past_the_stop(tiny_model_dir):
+    """Through the speculative decoder with a real (tiny) model whose greedy tokens are the old
+    ones: with the draft ended where the copy bound stops, the tokens are plain greedy's up to
+    the stop and every drafted token is one the rewrite writes; without it the pass drafts
+    past the stop."""
+    loaded = load_model(tiny_model_dir, device="cpu")
+    prompt = loaded.tokenizer.encode(CODE[:200], add_special_tokens=False)
+    greedy = greedy_generate(loaded.model, prompt, StopRules(max_new_tokens=60)).tokens
+    line_ends = [i % 8 == 7 for i in range(len(greedy))]  # a line every 8 tokens
+    flat = CostModel({1: 1.0, 128: 1.0})  # any draft the source gives is verified whole
+    drafted = {}
+    for capped in (False, True):
+        rule = CopyBound(greedy, line_ends, 28)  # stops once token 31 (a line end) is copied
+        draft = WindowDraft()
+        draft.stats = AcceptanceStats({("window", 1): 0.999})
+        draft.set_target(greedy, rule.copy_left if capped else None)
+        decoder = SpeculativeDecoder(
+            sources=[draft], cost_model=flat, max_draft=64, max_depth=64, calibrate=False
+        )
+        got = decoder(loaded.model, prompt, StopRules(max_new_tokens=60, should_stop=rule))
+        assert got.tokens == greedy[:32] and got.stop_reason == "stop", capped
+        drafted[capped] = got.stats["draftedTokens"]
+    assert drafted[True] == 31  # the first token comes from the prompt's pass
+    assert drafted[False] > 31

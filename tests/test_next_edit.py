@@ -11,6 +11,7 @@ from test_speculative import FLAT_COST
 
 from memosight_lsp.inference.decoder import StopRules
 from memosight_lsp.inference.edit_draft import WindowDraft
+from memosight_lsp.inference.fused_trunk import EXACT_ROWS
 from memosight_lsp.inference.greedy import greedy_generate
 from memosight_lsp.inference.loading import EMBEDDED_MODEL_DIR, load_model
 from memosight_lsp.inference.speculative import SpeculativeDecoder
@@ -253,3 +254,11 @@ def test_a_new_buffer_starts_from_the_prompts_common_head_and_stays_lossless(tin
         again = editor.predict(dataclasses.replace(request, buffer_id="a"))
         assert again.stats["reusedPromptTokens"] == first.prompt_tokens - 1, name
         assert again.tokens == plain.tokens, name
+
+
+def test_a_rewrite_pass_has_no_more_rows_than_attend_as_one_token_steps(tiny_model_dir):
+    """The last committed token and the drafted ones: at most EXACT_ROWS rows, the passes that
+    half precision without the native kernels attends row by row, as plain greedy's steps."""
+    decoder = NextEditor(load_model(tiny_model_dir, device="cpu"), FLAT_COST).decoder
+    assert 1 + decoder.max_draft <= EXACT_ROWS
+    assert decoder.max_depth <= decoder.max_draft

@@ -12,6 +12,7 @@ import pytest
 from test_next_edit import RENAMED_DEF, WINDOW, edited
 from test_speculative import FLAT_COST
 
+from memosight_lsp.bench.edits import after_pause, after_request
 from memosight_lsp.inference.loading import EMBEDDED_MODEL_DIR, load_model
 from memosight_lsp.next_edit.local import MAX_BUFFERS, PREWARM_CHUNK, NextEditor
 from memosight_lsp.next_edit.predict import NextEditRequest, cursor_after
@@ -124,3 +125,20 @@ def test_the_kept_caches_are_bounded_to_the_most_recent_buffers(tiny_model_dir):
     assert 0 < cache.memory_bytes() <= MAX_BUFFERS * one * 1.01
     editor.forget(buffers[-1])
     assert len(cache) == MAX_BUFFERS - 1 and buffers[-1] not in editor._prewarmed
+
+
+def test_the_bench_asks_after_the_pause_with_the_prewarm_done_and_the_same_tokens(tiny_model_dirs):
+    """bench edits' `after_pause`: the pre-warm runs on the calling thread until the timer's
+    request (here after it finished: a tiny model), the request then reuses all of it and
+    rewrites as a cold request does; the breakdown says where its time went."""
+    for name, loaded in chat_models(tiny_model_dirs).items():
+        cold = NextEditor(loaded, FLAT_COST).predict(REQUEST)
+        head = cold.stats["reusedPromptTokens"]
+        result = after_pause(NextEditor(loaded, FLAT_COST), REQUEST, True, pause_ms=1500)
+        assert result.stats["prewarm"]["cancelled"] is False, name
+        assert result.stats["prewarm"]["prefilledTokens"] == cold.prompt_tokens - head, name
+        assert result.describe()["prewarmedTokens"] == cold.prompt_tokens - 1 - head, name
+        assert result.tokens == cold.tokens and result.hunks == cold.hunks, name
+        spent = after_request(result)
+        assert spent["prefilledTokens"] == 1 and spent["passes"] >= 1, name
+        assert 0 <= spent["prewarmWaitMs"] < 1000, name  # the pre-warm was done by then

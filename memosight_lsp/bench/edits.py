@@ -36,9 +36,10 @@ many of the model's answers proposed the same edits both ways (`earlyStopCompare
 
 `--pause-ms N[,M...]`: as an editor asks, after a pause: the edit made, the server's pre-warm of
 the next-edit prompt started (session/next_edit_flow.py: NextEditor.prewarm on the prompt
-expected with the cursor at the end of the edit, in a thread as on the model worker), N ms
-waited, then the request, which cancels the pre-warm (waiting for its chunk) and is timed from
-there: what the user waits after the pause. 0: no pre-warm (the request right after the edit).
+expected with the cursor at the end of the edit), N ms waited, then the request, which cancels
+the pre-warm (waiting for its chunk) and is timed from there: what the user waits after the
+pause. 0: no pre-warm (the request right after the edit). The model runs on one thread, as on
+the server's model worker (`after_pause`).
 Default 500 (the editors' nextEdit.debounceMs). The local model only.
 
 Several values of `--pause-ms` or `--copy-lines` (comma-separated): each case is predicted with
@@ -53,7 +54,8 @@ model is loaded and there are no speed rows. `--prompt-format` sets nextEdit.pro
 Prints JSON: per kind, cases, exact matches (share), proposals, latency p50/p90 of the whole
 prediction (prompt, prefill, rewrite, diff), tokens per pass, up to 4 missed cases (`examples`);
 overall rewrite tokens/s with the draft and plain, the speed-up, and how many compared rewrites
-were identical.
+were identical; per case (the last variant's answer), where a model answer's time went after
+the request (`after_request`: the wait for the pre-warm's chunk, prefill, decode, passes).
 """
 
 from __future__ import annotations
@@ -369,9 +371,13 @@ def after_pause(
     pause_ms: int,
 ) -> NextEdit:
     """As the server answers a request sent `pause_ms` after the edit: the pause's pre-warm
-    (the local model's, when no follow-up answers) runs meanwhile in a thread as on the model
-    worker; the request cancels it, waits for its chunk and predicts. The latency is from the
-    request (what the user waits after the pause)."""
+    (the local model's, when no follow-up answers) runs meanwhile; the request cancels it,
+    waits for its chunk and predicts. The latency is from the request (what the user waits
+    after the pause). The pre-warm and the prediction run on this thread, as on the server's
+    one model worker; a timer thread makes the request (it runs no model): a second thread
+    running the model would have OpenMP pools of its own beside this one's, more threads
+    than cores, and libgomp then lets its idle workers sleep between operations, each pass
+    of either thread slower for waking them (docs/next-edit.md)."""
     follows = not model_only and any(find(request) for find in FOLLOW_UPS)
     if pause_ms <= 0 or not isinstance(editor, NextEditor) or follows:
         time.sleep(max(0, pause_ms) / 1000)
@@ -380,15 +386,44 @@ def after_pause(
     assert cursor is not None
     guess = replace(request, cursor=cursor, cursor_line=request.text.count("\n", 0, cursor))
     stop = threading.Event()
-    worker = threading.Thread(target=lambda: editor.prewarm(guess, cancelled=stop.is_set))
-    worker.start()
-    time.sleep(pause_ms / 1000)
-    asked = time.perf_counter()
-    stop.set()  # the request cancels the pre-warm: it ends at its next chunk
-    worker.join()
+    asked: list[float] = []
+
+    def ask() -> None:  # the request: it cancels the pre-warm, which ends at its next chunk
+        asked.append(time.perf_counter())
+        stop.set()
+
+    timer = threading.Timer(pause_ms / 1000, ask)
+    timer.start()
+    report = editor.prewarm(guess, cancelled=stop.is_set)
+    stop.wait()  # a pre-warm done before the pause's end: the request comes at the end
+    timer.join()
+    waited = time.perf_counter()
     result = predict(editor, request, model_only)
-    result.total_ms = (time.perf_counter() - asked) * 1000
+    result.total_ms = (time.perf_counter() - asked[0]) * 1000
+    result.stats["prewarmWaitMs"] = round((waited - asked[0]) * 1000, 1)
+    result.stats["prewarm"] = report
     return result
+
+
+def after_request(result: NextEdit) -> dict[str, Any]:
+    """Where a model answer's time went after the request: the prefill of what the buffer's
+    cache (the pause's pre-warm) did not hold, and the rewrite's decode, pass by pass (tokens
+    written per verification pass, drafted tokens per pass)."""
+    if result.source != "model" or not result.forward_passes:
+        return {}
+    passes = max(1, result.forward_passes - 1)
+    stats = result.stats
+    return {
+        "prefillMs": round(result.prefill_ms, 1),
+        "prefilledTokens": result.prompt_tokens - stats.get("reusedPromptTokens", 0),
+        "decodeMs": round(result.decode_ms, 1),
+        "passes": passes,
+        "tokensPerPass": round(result.new_tokens / passes, 1),
+        "draftedPerPass": round(stats.get("draftedTokens", 0) / passes, 1),
+        # The request waited for the pre-warm's running chunk (its tokens are reused).
+        "prewarmWaitMs": stats.get("prewarmWaitMs", 0.0),
+        "prewarm": stats.get("prewarm"),
+    }
 
 
 def applied(text: str, hunk: Hunk) -> str:
@@ -558,6 +593,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "stopReason": answer.stop_reason,
                     "newTokens": answer.new_tokens,
                     "latencyMs": round(answer.total_ms, 1),
+                    **after_request(answer),
                 }
             )
             first, last = answers[modes[-1], settings[0]], answer

@@ -20,7 +20,7 @@ copied to); it only ends the decode earlier, so every token written is still the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from .drafters import MIN_PROBABILITY, AcceptanceStats, DraftCandidate, DraftSource, DraftState
@@ -104,6 +104,7 @@ class WindowDraft(DraftSource):
     def __init__(self, target: Sequence[int] = ()) -> None:
         self.stats = AcceptanceStats(dict(self.priors))
         self.place = CopyPlace(target)
+        self.copy_left: Callable[[], int | None] | None = None
         self._bucket = COPYING
         self._last: list[DraftCandidate] = []
 
@@ -111,9 +112,15 @@ class WindowDraft(DraftSource):
     def target(self) -> list[int]:
         return self.place.target
 
-    def set_target(self, target: Sequence[int]) -> None:
-        """The old window's tokens, as the rewrite is expected to start them."""
+    def set_target(
+        self, target: Sequence[int], copy_left: Callable[[], int | None] | None = None
+    ) -> None:
+        """The old window's tokens, as the rewrite is expected to start them. `copy_left` (a
+        stop rule's, e.g. CopyBound.copy_left): how many more tokens the rewrite writes before
+        the rule stops it when it copies on (None: it would not stop); the draft ends there,
+        since a verified token past the stop is discarded (a row of the pass for nothing)."""
         self.place = CopyPlace(target)
+        self.copy_left = copy_left
 
     def start(self, state: DraftState) -> None:
         self.place.reset()
@@ -131,7 +138,9 @@ class WindowDraft(DraftSource):
         rate = self.stats.rate(bucket)
         probs: list[float] = []
         p = 1.0
-        for _ in range(min(room, len(place.target) - place.pos)):
+        left = len(place.target) - place.pos
+        stop = self.copy_left() if self.copy_left is not None else None
+        for _ in range(min(room, left, left if stop is None else stop)):
             p *= rate
             if p < MIN_PROBABILITY:
                 break
@@ -196,6 +205,10 @@ class CopyBound:
         self.place = CopyPlace(target)
         self._line_ends = list(line_ends)
         self.bound = bound
+        # next_end[i]: the first old token at or after i that holds a line end (len: none).
+        self._next_end = [len(line_ends)] * (len(line_ends) + 1)
+        for i in range(len(line_ends) - 1, -1, -1):
+            self._next_end[i] = i if line_ends[i] else self._next_end[i + 1]
 
     def __call__(self, generated: Sequence[int]) -> bool:
         place = self.place
@@ -204,6 +217,19 @@ class CopyBound:
             return False
         last = place.pos - 1  # the old token just copied
         return last >= self.bound and self._line_ends[last]
+
+    def copy_left(self) -> int | None:
+        """How many more tokens the rewrite writes before this rule stops it, when it copies
+        the old tokens on from where it is (the place as this rule followed the tokens so far,
+        one call per token as the decoder makes them): up to the first line end at or past
+        `bound` where the copy counts (RESYNC_TOKENS after a change); None when the old tokens
+        end first."""
+        place = self.place
+        need = max(self.bound, place.pos)
+        if place.lost is not None:
+            need = max(need, place.pos + RESYNC_TOKENS - place.run - 1)
+        end = self._next_end[min(need, len(self._line_ends))]
+        return end - place.pos + 1 if end < len(self._line_ends) else None
 
     def rest(self) -> list[int]:
         """The old tokens after the place the rewrite has copied to."""

@@ -21,6 +21,7 @@ from typing import Any
 from memosight_lsp.inference.decoder import Decoder, Generation, StopRules
 from memosight_lsp.inference.drafters import CostModel, PromptLookup
 from memosight_lsp.inference.edit_draft import CopyBound, Reconverged, WindowDraft, line_end_token
+from memosight_lsp.inference.fused_trunk import EXACT_ROWS
 from memosight_lsp.inference.greedy import GreedyDecoder
 from memosight_lsp.inference.loading import LoadedModel
 from memosight_lsp.inference.prefix_cache import PrefixCache
@@ -39,7 +40,11 @@ from .predict import (
 from .prompt import NextEditPrompt, tokenizer_traits
 
 STOP_TAIL_TOKENS = 12  # the end marker is looked for in the last tokens' text
-MAX_DRAFT = 64  # draft tokens per pass: a copy is long and likely
+# Draft tokens per pass: a copy is long and likely. With the last committed token a pass has
+# one row more, and in half precision without the native kernels only passes of up to
+# EXACT_ROWS rows attend row by row as one-token steps do (fused_trunk.py): a longer one could
+# round differently from plain greedy.
+MAX_DRAFT = EXACT_ROWS - 1
 HEAD_KEY = "#nextEditHead"  # the prefix cache's entry the prompts' common head is prefilled in
 # Buffers whose caches are kept, the most recently used (the head's cache is kept apart).
 MAX_BUFFERS = 4
@@ -237,7 +242,8 @@ class NextEditor:
         if request.plain:
             decoder = GreedyDecoder()
         else:
-            self.window_draft.set_target(draft_ids)
+            # The draft ends where the copy bound would stop a copy: rows past it are waste.
+            self.window_draft.set_target(draft_ids, bounded.copy_left if bounded else None)
             decoder = self.decoder
         generation = decoder(self.loaded.model, prompt_ids, rules, buffer_id=request.buffer_id)
         if early is not None and generation.stop_reason == "stop":
