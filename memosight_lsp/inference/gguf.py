@@ -15,7 +15,6 @@ Nothing here runs code from the file: GGUF is a data format (metadata and arrays
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import logging
 import os
@@ -29,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import atomic_file
+from . import atomic_file, quantized_cache
 from .quantize import Int4Grid, Kind, MixedPlan
 
 log = logging.getLogger(__name__)
@@ -430,7 +429,9 @@ def _kept_names(folder: Path, config: Any, processor: Any) -> dict[str, str]:
     from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
 
     kept = _read_json(folder / NAMES_FILE)
-    names = kept.get("names") if kept.get("transformers") == _transformers_version() else None
+    # Kept with the transformers version that made it: another may map the names otherwise.
+    same_maker = kept.get("transformers") == quantized_cache.transformers_version()
+    names = kept.get("names") if same_maker else None
     if isinstance(names, dict) and all(isinstance(v, str) for v in names.values()) and names:
         return names
     with torch.device("meta"):
@@ -443,16 +444,10 @@ def _kept_names(folder: Path, config: Any, processor: Any) -> dict[str, str]:
 def _keep_names(folder: Path, names: dict[str, str]) -> None:
     """Best effort: a folder that cannot take the file makes the map again next time."""
     try:
-        atomic_file.write_json(
-            folder / NAMES_FILE, {"transformers": _transformers_version(), "names": names}
-        )
+        maker = quantized_cache.transformers_version()
+        atomic_file.write_json(folder / NAMES_FILE, {"transformers": maker, "names": names})
     except OSError as err:
         log.info("cannot keep the tensor names in %s: %s", folder, err)
-
-
-def _transformers_version() -> str:
-    """Kept with the name map: another transformers may map the names otherwise."""
-    return importlib.metadata.version("transformers")
 
 
 def _tied(model: Any, config: Any) -> set[str]:
