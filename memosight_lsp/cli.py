@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from memosight_lsp import __version__
 
@@ -81,13 +83,43 @@ def build_lsp_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=2087, help="TCP port (default 2087)")
     parser.add_argument("--log-file", help="write logs to this file instead of stderr")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    parser.add_argument(
+        "--keep-alive",
+        type=float,
+        metavar="SECONDS",
+        help="keep the model loaded this long after the editor leaves, for the next one "
+        "(default: MEMOSIGHT_KEEP_ALIVE, else 300; 0 serves in this process alone)",
+    )
+    parser.add_argument("--model-host", metavar="SOCKET", help=argparse.SUPPRESS)
     return parser
 
 
 def lsp_main(argv: Sequence[str] | None = None) -> int:
     args = build_lsp_parser().parse_args(argv)
     setup_logging(max(args.verbose, 1), args.log_file)
+    from memosight_lsp.host_process.rendezvous import keep_alive_seconds
+
+    keep_alive_s = keep_alive_seconds(args.keep_alive)
+    if args.model_host:
+        from memosight_lsp.host_process.host import run_host
+
+        return run_host(Path(args.model_host), keep_alive_s)
+    if not args.tcp and keep_alive_s > 0:
+        from memosight_lsp.host_process.relay import relay_to_host
+
+        code = relay_to_host(keep_alive_s, host_arguments(args))
+        if code is not None:
+            logging.shutdown()
+            os._exit(code)  # the relay's stdin reader may still block: leave at once
     from memosight_lsp.server.main import serve  # heavy imports only when serving
 
     serve(tcp=args.tcp, host=args.host, port=args.port)
     return 0
+
+
+def host_arguments(args: argparse.Namespace) -> list[str]:
+    """What a model host started for this editor is told of our own arguments."""
+    words = ["-v"] * args.verbose
+    if args.log_file:
+        words += ["--log-file", os.path.abspath(args.log_file)]
+    return words

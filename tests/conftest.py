@@ -17,6 +17,10 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 # own environment (tests/test_discovery.py) or set MEMOSIGHT_DISCOVERY=1 with a fake HOME.
 os.environ["MEMOSIGHT_DISCOVERY"] = "0"
 
+# Every server a test starts serves in its own process and leaves with its client: a model
+# host lingering after each test (host_process/) would pile up. Tests of the host set their own.
+os.environ["MEMOSIGHT_KEEP_ALIVE"] = "0"
+
 from tiny_models import save_tiny_model
 
 from memosight_lsp.inference import native_kernels

@@ -48,7 +48,7 @@ def test_one_run_times_initialize_ready_and_the_first_suggestion(
 
 def test_servers_start_as_installed_with_their_compiled_modules(monkeypatch):
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # as some sandboxes set it
-    assert startup.server_environment("environment") is None  # the environment as it is
+    assert startup.server_environment("environment") == dict(os.environ)  # as it is
     env = startup.server_environment("kept")
     assert env is not None and "PYTHONDONTWRITEBYTECODE" not in env
     assert env["PATH"] == os.environ["PATH"]

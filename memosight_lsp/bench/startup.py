@@ -16,13 +16,21 @@ timings) is whatever the machine has: run it twice to see the cached case. Kerne
 yet are built as a user's server builds them, in the background while the model runs on
 torch's (other benchmarks build them first, commands/bench.py).
 
+The model host (`--host`): by default an editor's server is a relay to a host process that
+keeps the model loaded after the editor leaves (host_process/). `cold` (the default) gives each
+run a folder of its own, so its relay finds no host and starts one, as the first start of the
+day does; `kept` starts one server first (not counted) and leaves its host for the runs, as a
+start within the keep-alive after an editor closed does; `off` serves in the spawned process
+alone (MEMOSIGHT_KEEP_ALIVE=0), as before the host existed. The hosts a run leaves are stopped.
+
 Python's compiled modules: an installed package has them (pip compiles it; an editable install
 writes them on its first import), so by default (`--bytecode kept`) the package is compiled
 before the first run, as an install would have it, and the servers run without
 PYTHONDONTWRITEBYTECODE, which some sandboxes set and which makes every start compile all of
 the package's modules again. `--bytecode environment` runs them in the environment as it is.
 
-    memosight bench startup [--model M] [--runs 3] [--timeout 120] [--bytecode kept] [--json]
+    memosight bench startup [--model M] [--runs 3] [--timeout 120] [--bytecode kept]
+                            [--host cold|kept|off] [--json]
 """
 
 from __future__ import annotations
@@ -30,11 +38,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import compileall
+import contextlib
 import json
 import os
 import re
+import shutil
+import signal
 import statistics
 import sys
+import tempfile
 import textwrap
 import time
 from dataclasses import dataclass
@@ -44,6 +56,7 @@ from typing import Any
 
 from memosight_lsp.commands.common import add_model_options, model_settings_from_args
 from memosight_lsp.config import CompletionSettings, settings_to_wire
+from memosight_lsp.host_process.rendezvous import KEEP_ALIVE_ENV, RUNTIME_DIR_ENV
 from memosight_lsp.pipeline.positions import index_to_utf16
 
 from .lsp_client import (
@@ -60,6 +73,8 @@ READY_GRACE_S = 5.0  # the ready status may trail the first answer on the wire b
 # The server's log format (cli.py): "2026-12-03 11:06:07,123 INFO memosight_lsp...: message".
 LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (.*)$")
 LOADED_IN = re.compile(r"loaded in ([0-9.]+)s")
+HOST_PID = re.compile(r"serving through the model host \(process (\d+)\)")
+HOST_MODES = ("cold", "kept", "off")
 MILESTONES = ("initializeS", "readyS", "firstSuggestionS")
 
 
@@ -148,18 +163,34 @@ async def ask_until_text(
     return None, requests
 
 
-def server_environment(bytecode: str) -> dict[str, str] | None:
-    """The servers' environment: this one, less PYTHONDONTWRITEBYTECODE with `kept` (None: this
-    one as it is), after compiling the package as an install would (`kept` only)."""
+def server_environment(bytecode: str) -> dict[str, str]:
+    """The servers' environment: this one, less PYTHONDONTWRITEBYTECODE with `kept`, after
+    compiling the package as an install would (`kept` only)."""
     if bytecode != "kept":
-        return None
+        return dict(os.environ)
     package = Path(__file__).resolve().parents[1]
     compileall.compile_dir(str(package), quiet=2)  # nothing on stdout (the JSON)
     return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
+def host_pid(lines: list[str]) -> int | None:
+    """The model host that served a run, from its relay's log line (None: no host)."""
+    for line in lines:
+        match = HOST_PID.search(line)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def stop_host(pid: int | None) -> None:
+    if pid is None:
+        return
+    with contextlib.suppress(OSError):  # gone already
+        os.kill(pid, signal.SIGTERM)
+
+
 async def one_run(
-    options: dict[str, Any], cursor: Cursor, timeout_s: float, env: dict[str, str] | None = None
+    options: dict[str, Any], cursor: Cursor, timeout_s: float, env: dict[str, str]
 ) -> dict[str, Any]:
     """One fresh server, from the spawn to the first suggestion with text."""
     states: dict[str, float] = {}  # state -> seconds from the spawn it was first reported
@@ -200,6 +231,7 @@ async def one_run(
     for key in MILESTONES:
         run[key] = None if run[key] is None else round(run[key], 3)
     run["loadedInS"] = loaded_in(server.log)
+    run["hostPid"] = host_pid(server.log)
     run["model"] = next((s["model"] for s in server.statuses if s.get("model")), None)
     run["log"] = log_offsets(server.log, spawned_wall)
     return run
@@ -214,18 +246,49 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     options = server_options(args)
     cursor = cursor_from_args(args)
     env = server_environment(args.bytecode)
+    env[KEEP_ALIVE_ENV] = "0" if args.host == "off" else str(args.keep_alive)
+    folders: list[str] = []
+    hosts: set[int] = set()
+
+    def own_folder() -> None:  # where the runs' relays look for hosts
+        folders.append(tempfile.mkdtemp(prefix="memosight-hosts-"))
+        env[RUNTIME_DIR_ENV] = folders[-1]
+
     runs: list[dict[str, Any]] = []
-    for n in range(1, args.runs + 1):
-        run = await one_run(options, cursor, args.timeout, env)
-        runs.append(run)
-        shown = ", ".join(f"{k} {run[k]}" for k in (*MILESTONES, "loadedInS"))
-        sys.stderr.write(f"startup: run {n}/{args.runs}: {shown}, text {run.get('text')!r}\n")
+    warm_up: dict[str, Any] | None = None
+    try:
+        if args.host == "kept":
+            own_folder()
+            warm_up = await one_run(options, cursor, args.timeout, env)
+            if warm_up["hostPid"]:
+                hosts.add(warm_up["hostPid"])
+        for n in range(1, args.runs + 1):
+            if args.host == "cold":
+                own_folder()
+            run = await one_run(options, cursor, args.timeout, env)
+            runs.append(run)
+            if args.host == "cold":
+                stop_host(run["hostPid"])
+            elif run["hostPid"]:
+                hosts.add(run["hostPid"])
+            shown = ", ".join(f"{k} {run[k]}" for k in (*MILESTONES, "loadedInS"))
+            sys.stderr.write(
+                f"startup: run {n}/{args.runs}: {shown}, host {run['hostPid']}, "
+                f"text {run.get('text')!r}\n"
+            )
+    finally:
+        for pid in hosts:
+            stop_host(pid)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
     return {
         "settings": options,
         "file": str(cursor.path),
         "position": {"line": cursor.line, "character": cursor.character},
         "timeoutS": args.timeout,
         "bytecode": args.bytecode,
+        "host": args.host,
+        "warmUp": warm_up,
         "runs": runs,
         "median": {k: median([r[k] for r in runs]) for k in (*MILESTONES, "loadedInS")},
     }
@@ -276,6 +339,16 @@ def build_parser() -> argparse.ArgumentParser:
         default="kept",
         help="kept: the package's compiled modules kept between starts, as installed "
         "(default); environment: as this environment has it",
+    )
+    parser.add_argument(
+        "--host",
+        choices=HOST_MODES,
+        default="cold",
+        help="cold: no model host alive, each run's server starts one (default); kept: a host "
+        "left by a first server serves the runs; off: no host (MEMOSIGHT_KEEP_ALIVE=0)",
+    )
+    parser.add_argument(
+        "--keep-alive", type=float, default=60.0, help="the hosts' keep-alive, seconds"
     )
     parser.add_argument("--json", action="store_true", help="JSON with every run and its log")
     return parser

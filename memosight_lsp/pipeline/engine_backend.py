@@ -155,6 +155,9 @@ class EngineBackend:
     def warm_up(self, request: CompletionRequest | None = None) -> None:
         self.connect()
 
+    def session_ended(self) -> None:
+        """Nothing of a session lives here."""
+
     def forget(self, buffer_id: str) -> None:
         """Nothing per buffer lives here: the engine's prefix cache is its own."""
 

@@ -495,6 +495,12 @@ class LocalBackend:
             room -= len(ids)
         decoder.set_workspace_tokens(list(self._buffer_ids.values()))
 
+    def session_ended(self) -> None:
+        """The pinned prompt heads go (they hold the ended session's workspace snippets, and
+        their key names its index by identity); the KV caches stay: a prompt reuses them only
+        as far as its tokens match."""
+        self.stable.clear()
+
     def forget(self, buffer_id: str) -> None:
         """Drop a closed buffer's KV cache, last suggestion and pinned prompt head."""
         self.stable.forget(buffer_id)

@@ -171,6 +171,9 @@ def register(server: MemoSightServer) -> None:
             "modelPrecision": ls.host.precision,
             "openDocuments": len(ls.workspace.text_documents),
             "indexes": ls.indexes.summary(),
+            # The process that serves: a model host's when one keeps the model (host_process/).
+            "pid": os.getpid(),
+            "keepsModel": ls.lingers,
         }
 
     @server.feature("memosight/context")
@@ -189,6 +192,9 @@ def register(server: MemoSightServer) -> None:
         # Leave at once: interpreter teardown (torch, the blocked stdin reader thread) takes
         # seconds, and editors kill a server that is slow to exit. Replies are already flushed.
         ls.stop_worker()
+        if ls.end_connection is not None:  # a lingering host: this editor's session ends
+            ls.end_connection()
+            return
         logging.shutdown()
         os._exit(0 if ls.shutdown_requested else 1)
 

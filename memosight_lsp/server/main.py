@@ -5,6 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
+from typing import BinaryIO
+
+from memosight_lsp.session.model_host import KeptModel
 
 from .features import register
 from .protocol import serve_stdio, watch_parent
@@ -15,16 +19,14 @@ log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 5.0
 
 
-def build_server() -> MemoSightServer:
-    server = MemoSightServer()
+def build_server(kept: KeptModel | None = None, *, lingers: bool = False) -> MemoSightServer:
+    server = MemoSightServer(kept, lingers=lingers)
     register(server)
     return server
 
 
 def serve(*, tcp: bool = False, host: str = "127.0.0.1", port: int = 2087) -> None:
-    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
-        # pygls logs every message body at INFO: noise, and slow on big documents.
-        logging.getLogger("pygls").setLevel(logging.WARNING)
+    quiet_pygls()
     server = build_server()
     if tcp:
         try:
@@ -37,6 +39,35 @@ def serve(*, tcp: bool = False, host: str = "127.0.0.1", port: int = 2087) -> No
     ended = serve_stdio(server)
     reason = "the client closed the connection" if ended != "interrupted" else "interrupted"
     leave(server, reason if server.shutdown_requested else f"{reason} without shutdown")
+
+
+def serve_session(
+    reader: BinaryIO,
+    writer: BinaryIO,
+    kept: KeptModel | None,
+    end_connection: Callable[[], None],
+) -> KeptModel | None:
+    """One editor's session in a lingering host (host_process/host.py), over its connection:
+    returns the model the next session may take over (None: the host should not linger)."""
+    quiet_pygls()
+    server = build_server(kept, lingers=True)
+    exited: list[bool] = []
+
+    def end_on_exit() -> None:
+        exited.append(True)
+        end_connection()
+
+    server.end_connection = end_on_exit
+    ended = serve_stdio(server, reader, writer)  # pygls ends an `exit` with SystemExit
+    log.info("the session ended (%s)", "exit" if exited else ended)
+    server.stop_worker()
+    return server.kept_model()
+
+
+def quiet_pygls() -> None:
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        # pygls logs every message body at INFO: noise, and slow on big documents.
+        logging.getLogger("pygls").setLevel(logging.WARNING)
 
 
 def leave(server: MemoSightServer, why: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -22,7 +23,7 @@ from memosight_lsp.inference.memory import release_free_memory
 from memosight_lsp.next_edit.edit_history import EditHistory
 from memosight_lsp.pipeline.request import Completion
 from memosight_lsp.session.completion_flow import DISABLED, CompletionFlow, ContextInputs, Cursor
-from memosight_lsp.session.model_host import ModelHost, ModelState
+from memosight_lsp.session.model_host import KeptModel, ModelHost, ModelState
 from memosight_lsp.session.next_edit_flow import NextEditFlow
 from memosight_lsp.session.scheduler import Scheduler
 from memosight_lsp.session.stats import ServerStats
@@ -38,6 +39,7 @@ STATUS_METHOD = "memosight/status"
 # An early answer grew once decoding ended: the client asks again where nothing changed.
 COMPLETION_UPDATED_METHOD = "memosight/completionUpdated"
 MAX_CONTEXT_BUFFERS = 20  # other open buffers offered to the context ranker
+SESSION_JOB = "__session__"  # the scheduler's buffer id of a session's last job
 
 
 def deep_merge(base: dict, update: dict) -> dict:
@@ -51,7 +53,10 @@ def deep_merge(base: dict, update: dict) -> dict:
 
 
 class MemoSightServer(LanguageServer):
-    def __init__(self) -> None:
+    """One editor's session. `lingers`: the process outlives it (host_process/) and keeps the
+    model for the next editor; `kept`: the model a previous session left loaded."""
+
+    def __init__(self, kept: KeptModel | None = None, *, lingers: bool = False) -> None:
         super().__init__(
             "memosight-lsp",
             __version__,
@@ -62,8 +67,17 @@ class MemoSightServer(LanguageServer):
         self.shutdown_requested = False  # the exit code depends on it (LSP spec)
         self.raw_settings: dict[str, Any] = {}
         self.stats = ServerStats()
-        self.scheduler = Scheduler(on_idle=self._worker_idle)
-        self.host = ModelHost(self.scheduler, self._model_state_from_worker)
+        if kept is None:
+            self.scheduler = Scheduler(on_idle=self._worker_idle)
+            self.host = ModelHost(self.scheduler, self._model_state_from_worker)
+        else:
+            self.scheduler, self.host = kept.scheduler, kept.host
+            self.scheduler.on_idle = self._worker_idle
+            self.host.attach(self._model_state_from_worker)
+        self.lingers = lingers or kept is not None
+        self._abandoned_before = self.scheduler.abandoned
+        # Set by a lingering host: `exit` ends this session's connection, not the process.
+        self.end_connection: Callable[[], None] | None = None
         self.flow = CompletionFlow(
             scheduler=self.scheduler,
             host=self.host,
@@ -282,5 +296,25 @@ class MemoSightServer(LanguageServer):
         self.send_status()
 
     def stop_worker(self) -> None:
-        self.scheduler.stop()
+        """The session ends (shutdown, exit, the client gone): the model's work and the folder
+        watchers stop. A lingering process keeps the model, its worker and what the model keeps
+        per buffer (KV caches, checked token by token) for the next editor; what was packed
+        from this session's workspace index goes, on the worker that uses it."""
+        if self.lingers:
+            self.scheduler.on_idle = release_free_memory  # no pre-warm for a buffer gone
+            self.scheduler.cancel_all()
+            backend = self.host.backend
+            if backend is not None:
+                self.scheduler.submit(
+                    SESSION_JOB, lambda cancelled: backend.session_ended(), kind="control"
+                )
+        else:
+            self.scheduler.stop()
         self.indexes.stop()
+
+    def kept_model(self) -> KeptModel | None:
+        """What the next session may take over: the model (loaded, or loading on the worker)
+        when the worker never had to abandon a job in this session; else None, and the next
+        editor starts a fresh process: a restart is what a user does to get out of trouble."""
+        healthy = not self.scheduler.wedged and self.scheduler.abandoned == self._abandoned_before
+        return KeptModel(self.scheduler, self.host) if healthy else None

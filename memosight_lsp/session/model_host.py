@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import astuple, replace
+from dataclasses import astuple, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from memosight_lsp.config import ModelSettings
@@ -56,6 +56,17 @@ class ModelHost:
         self.notice: str | None = None
         self.fix: str | None = None
         self.precision: str | None = None  # what the loaded model runs in (None: an engine)
+
+    def attach(self, on_state: StateListener) -> None:
+        """A new session takes this host over (a kept model, host_process/): its state changes
+        go to `on_state` from now on, and a load that failed is tried again (starting the editor
+        again is what a user does after fixing the model)."""
+        with self._lock:
+            self._on_state = on_state
+            if self.state == "error":
+                self._spec = None
+                self.state = "idle"
+                self.message = "no model loaded yet"
 
     def ensure(self, settings: ModelSettings) -> None:
         """Start loading when these settings were not loaded or attempted yet."""
@@ -235,3 +246,12 @@ class ModelHost:
             self.model_name = None
         log.error("model: %s", message)
         self._on_state("error", message, None)
+
+
+@dataclass
+class KeptModel:
+    """A loaded model and its worker, kept by a host process from one editor's session to the
+    next (host_process/): the next session answers without importing or loading anything."""
+
+    scheduler: Scheduler
+    host: ModelHost

@@ -92,7 +92,7 @@ class Scheduler:
     def __init__(
         self, name: str = "memosight-model", *, on_idle: Callable[[], Any] = lambda: None
     ) -> None:
-        self._on_idle = on_idle
+        self.on_idle = on_idle  # settable: a kept model's next session takes the worker over
         self._jobs: list[Job] = []
         self._cond = threading.Condition()
         self._stopping = False
@@ -206,6 +206,15 @@ class Scheduler:
         with self._cond:
             if self.current is not None and self.current.kind == "request":
                 self.current.kind = "precompute"
+
+    def cancel_all(self) -> None:
+        """Cancel every request, precompute and pre-warm (a session that ends: its editor is
+        gone); control jobs (a model load under way) go on."""
+        with self._cond:
+            for job in [*self._jobs, self.current]:
+                if job is not None and job.kind != "control":
+                    job.cancel()
+            self._cond.notify_all()
 
     def waiting(self) -> bool:
         """Whether a job is due beside the running one: work that gives the worker up to any
@@ -326,7 +335,7 @@ class Scheduler:
 
     def _idle(self) -> None:
         try:
-            self._on_idle()
+            self.on_idle()
         except Exception:  # housekeeping: the worker goes on whatever happens
             log.exception("idle work failed")
 

@@ -13,6 +13,9 @@ REPO="$(cd "$HERE/../.." && pwd)"
 E2E="$HERE/.e2e"
 CODE_SERVER_VERSION=4.100.3
 export MEMOSIGHT_PYTHON="${MEMOSIGHT_PYTHON:-$REPO/.venv/bin/python}"
+# Each test's server serves in its own process and leaves with its editor: a model host kept
+# after each (host_process/) would carry one test's model into the next and outlive the run.
+export MEMOSIGHT_KEEP_ALIVE="${MEMOSIGHT_KEEP_ALIVE:-0}"
 START=$SECONDS
 FAILED=()
 

@@ -1,0 +1,187 @@
+"""The host process: serves one editor's session at a time over its Unix socket, keeps the
+model loaded after it, and leaves when no editor came for keep-alive seconds, or at once when a
+session leaves it in a state that only a fresh start cures (the model not ready, a job the
+worker had to abandon).
+
+A greeting while a session runs is answered BUSY (the relay then starts a host of its own), so
+no editor waits on another's session. The socket is bound before the server's heavy imports:
+the relay that started this host connects within milliseconds and its editor's first messages
+wait in the socket while the imports run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from contextlib import suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO, cast
+
+from .rendezvous import ACCEPTED, BUSY, HELLO
+
+if TYPE_CHECKING:
+    from memosight_lsp.session.model_host import KeptModel
+
+log = logging.getLogger(__name__)
+
+GREETING_TIMEOUT_S = 2.0
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class Lobby:
+    """Hands greeted connections to the main thread, one session at a time."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._waiting: tuple[socket.socket, int | None] | None = None
+        self._busy = False
+        self._closed = False
+
+    def offer(self, conn: socket.socket, log_fd: int | None) -> bool:
+        with self._cond:
+            if self._busy or self._closed:
+                return False
+            self._busy = True
+            self._waiting = (conn, log_fd)
+            self._cond.notify_all()
+            return True
+
+    def next_session(self, keep_alive_s: float) -> tuple[socket.socket, int | None] | None:
+        """The next greeted connection, or None (and no more) after keep_alive_s without one."""
+        deadline = time.monotonic() + keep_alive_s
+        with self._cond:
+            while self._waiting is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed:
+                    self._closed = True
+                    return None
+                self._cond.wait(left)
+            waiting, self._waiting = self._waiting, None
+            return waiting
+
+    def session_ended(self) -> None:
+        with self._cond:
+            self._busy = False
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+
+
+def run_host(path: Path, keep_alive_s: float) -> int:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_mask = os.umask(0o177)  # the socket file is the user's alone
+    try:
+        listener.bind(os.fspath(path))
+    finally:
+        os.umask(old_mask)
+    listener.listen(8)
+    signal.signal(signal.SIGTERM, lambda signum, frame: _leave_now(path))
+    log.info("model host %d on %s (keep-alive %g s)", os.getpid(), path, keep_alive_s)
+    lobby = Lobby()
+    threading.Thread(
+        target=_accept, args=(listener, lobby), name="memosight-host-accept", daemon=True
+    ).start()
+    kept: KeptModel | None = None
+    served = 0
+    try:
+        while True:
+            session = lobby.next_session(keep_alive_s)
+            if session is None:
+                log.info("no editor for %g s: the model host leaves", keep_alive_s)
+                break
+            served += 1
+            kept = _serve(*session, kept)
+            if kept is None:
+                log.info("nothing worth keeping after session %d: the model host leaves", served)
+                break
+            lobby.session_ended()
+    finally:
+        lobby.close()
+        with suppress(OSError):
+            path.unlink()
+        with suppress(OSError):
+            listener.close()
+    logging.shutdown()
+    os._exit(0)  # the model's threads, watchers and readers must not hold the process
+
+
+def _leave_now(path: Path) -> None:
+    """SIGTERM: the socket file goes with the process (a relay would clear it anyway)."""
+    with suppress(OSError):
+        path.unlink()
+    logging.shutdown()
+    os._exit(0)
+
+
+def _accept(listener: socket.socket, lobby: Lobby) -> None:
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        fds: list[int] = []
+        try:
+            conn.settimeout(GREETING_TIMEOUT_S)
+            message, fds, _, _ = socket.recv_fds(conn, len(HELLO), 1)
+            if message != HELLO:
+                raise OSError("not a relay's greeting")
+            conn.settimeout(None)
+            log_fd = fds[0] if fds else None
+            if lobby.offer(conn, log_fd):
+                conn.sendall(ACCEPTED + b" %d\n" % os.getpid())
+                continue  # the main thread serves it (a relay gone meanwhile: an empty session)
+            conn.sendall(BUSY)
+        except OSError as err:
+            log.debug("a greeting failed: %s", err)
+        for fd in fds:
+            with suppress(OSError):
+                os.close(fd)
+        conn.close()
+
+
+def _serve(conn: socket.socket, log_fd: int | None, kept: KeptModel | None) -> KeptModel | None:
+    """One session; its log also goes to the relay's stderr (the editor's output panel)."""
+    handler = _session_log(log_fd)
+    reader = cast(BinaryIO, conn.makefile("rb", buffering=0))  # read() returns what came
+    writer = conn.makefile("wb")
+
+    def end_connection() -> None:
+        with suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
+
+    try:
+        from memosight_lsp.server.main import serve_session
+
+        log.info("a session begins%s", " with the model kept" if kept is not None else "")
+        return serve_session(reader, writer, kept, end_connection)
+    except Exception:
+        log.exception("the session failed")
+        return None
+    finally:
+        for stream in (reader, writer):
+            with suppress(OSError, ValueError):
+                stream.close()
+        conn.close()
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+
+
+def _session_log(log_fd: int | None) -> logging.Handler | None:
+    if log_fd is None:
+        return None
+    try:
+        stream = os.fdopen(log_fd, "w", encoding="utf-8", errors="replace", buffering=1)
+    except OSError:
+        with suppress(OSError):
+            os.close(log_fd)
+        return None
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logging.getLogger().addHandler(handler)
+    return handler

@@ -1,0 +1,189 @@
+"""The model kept between editors (host_process/): the real `python -m memosight_lsp`, started
+as an editor starts it, relays to a host process that serves the session and keeps the model
+loaded for the next editor, until its keep-alive ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import time
+from pathlib import Path
+
+import pytest
+from lsp_session import Session, tiny_options
+
+from memosight_lsp.host_process import rendezvous
+
+TEXT = "def add(a, b):\n    return a + b\n\n\ndef scale(values, factor):\n    return "
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_gone(pid: int, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    """A private rendezvous folder for this test's servers; their hosts are stopped after it."""
+    folder = tmp_path / "run"
+    seen: list[int] = []
+
+    def env(keep_alive: float = 60.0) -> dict[str, str]:
+        return {
+            rendezvous.KEEP_ALIVE_ENV: str(keep_alive),
+            rendezvous.RUNTIME_DIR_ENV: str(folder),
+        }
+
+    def served_by(session: Session) -> int:
+        pid = session.stats()["pid"]
+        seen.append(pid)
+        return pid
+
+    yield env, served_by, folder
+    for pid in seen:
+        if alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            wait_gone(pid)
+
+
+def session(env: dict[str, str], model_dir: Path) -> Session:
+    return Session(init_options=tiny_options(model_dir), env=env)
+
+
+def completion(s: Session) -> str | None:
+    uri = s.open("file:///tmp/host-test.py", TEXT)
+    return s.inline(uri, 5, 11)
+
+
+def test_the_next_editor_is_served_by_the_kept_model(hosts, tiny_model_dir):
+    env, served_by, folder = hosts
+    first = session(env(), tiny_model_dir)
+    first.wait_state("ready")
+    host = served_by(first)
+    assert host != first.server.proc.pid  # a host process serves, not the editor's child
+    assert first.stats()["keepsModel"] is True
+    expected = completion(first)
+    assert first.stop() == 0
+    assert alive(host), "the host left with its editor"
+    assert [p.name for p in folder.iterdir()] and all(
+        p.name.startswith("host-") and p.suffix == ".sock" for p in folder.iterdir()
+    )
+
+    second = session(env(), tiny_model_dir)
+    try:
+        assert served_by(second) == host
+        # Ready from the first status on: nothing is loaded again.
+        assert second.wait_state("ready", "loading")["state"] == "ready"
+        assert second.stats()["openDocuments"] == 0  # the first editor's buffers are not here
+        assert completion(second) == expected
+        assert any("with the model kept" in line for line in second.server.log)
+    finally:
+        assert second.stop() == 0
+
+
+def test_a_busy_host_leaves_the_next_editor_to_a_host_of_its_own(hosts, tiny_model_dir):
+    env, served_by, _ = hosts
+    first = session(env(), tiny_model_dir)
+    second = session(env(), tiny_model_dir)
+    try:
+        assert served_by(first) != served_by(second)
+        assert completion(first) == completion(second)
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_the_host_leaves_after_its_keep_alive(hosts, tiny_model_dir):
+    env, served_by, folder = hosts
+    s = session(env(keep_alive=1.0), tiny_model_dir)
+    host = served_by(s)
+    assert completion(s)
+    s.stop()
+    assert wait_gone(host), "the host outlived its keep-alive"
+    assert list(folder.iterdir()) == []  # its socket went with it
+
+
+def test_a_model_that_did_not_load_is_tried_again_by_the_next_editor(hosts, tmp_path):
+    env, served_by, _ = hosts
+    options = {"model": {"path": str(tmp_path / "missing")}}
+    first = Session(init_options=options, env=env())
+    first.wait_state("error")
+    host = served_by(first)
+    first.stop()
+    second = Session(init_options=options, env=env())
+    try:
+        assert served_by(second) == host
+        assert second.wait_state("loading", "error")["state"] == "loading"  # tried again
+        second.wait_state("error")
+    finally:
+        second.stop()
+
+
+def test_a_killed_host_is_replaced(hosts, tiny_model_dir):
+    env, served_by, folder = hosts
+    first = session(env(), tiny_model_dir)
+    first.wait_state("ready")
+    host = served_by(first)
+    first.stop()
+    os.kill(host, signal.SIGKILL)  # no chance to clear its socket file
+    assert wait_gone(host)
+    (stale,) = folder.iterdir()
+    second = session(env(), tiny_model_dir)
+    try:
+        assert served_by(second) not in (host, second.server.proc.pid)
+        assert completion(second)
+        assert not stale.exists()  # nobody listened on it: the relay cleared it
+    finally:
+        second.stop()
+
+
+def test_keep_alive_zero_serves_in_the_editors_process(hosts, tiny_model_dir):
+    env, _, folder = hosts
+    s = session(env(keep_alive=0), tiny_model_dir)
+    try:
+        stats = s.stats()
+        assert stats["pid"] == s.server.proc.pid
+        assert stats["keepsModel"] is False
+    finally:
+        assert s.stop() == 0
+    assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_keep_alive_seconds(monkeypatch):
+    monkeypatch.delenv(rendezvous.KEEP_ALIVE_ENV, raising=False)
+    assert rendezvous.keep_alive_seconds() == rendezvous.DEFAULT_KEEP_ALIVE_S
+    assert rendezvous.keep_alive_seconds(0) == 0
+    assert rendezvous.keep_alive_seconds(-5) == 0
+    assert rendezvous.keep_alive_seconds(1e12) == rendezvous.MAX_KEEP_ALIVE_S
+    monkeypatch.setenv(rendezvous.KEEP_ALIVE_ENV, "30")
+    assert rendezvous.keep_alive_seconds() == 30
+    assert rendezvous.keep_alive_seconds(5) == 5  # --keep-alive wins
+    monkeypatch.setenv(rendezvous.KEEP_ALIVE_ENV, "soon")
+    assert rendezvous.keep_alive_seconds() == rendezvous.DEFAULT_KEEP_ALIVE_S
+
+
+def test_a_rendezvous_folder_others_can_enter_is_refused(monkeypatch, tmp_path):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(0o777)
+    monkeypatch.setenv(rendezvous.RUNTIME_DIR_ENV, str(folder))
+    assert rendezvous.runtime_dir() is None
+    folder.chmod(0o700)
+    assert rendezvous.runtime_dir() == folder
+    made = tmp_path / "new" / "run"
+    monkeypatch.setenv(rendezvous.RUNTIME_DIR_ENV, str(made))
+    assert rendezvous.runtime_dir() == made
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
