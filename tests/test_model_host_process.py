@@ -187,3 +187,30 @@ def test_a_rendezvous_folder_others_can_enter_is_refused(monkeypatch, tmp_path):
     monkeypatch.setenv(rendezvous.RUNTIME_DIR_ENV, str(made))
     assert rendezvous.runtime_dir() == made
     assert stat.S_IMODE(made.stat().st_mode) == 0o700
+
+
+def test_one_host_serves_editors_in_other_folders_in_their_own(hosts, tiny_model_dir, tmp_path):
+    """The working folder is the relay's in each session: a relative model path names the
+    model beside the project the editor opened."""
+    env, served_by, _ = hosts
+    pids = []
+    for name in ("project-a", "project-b"):
+        project = tmp_path / name
+        project.mkdir()
+        (project / "model").symlink_to(tiny_model_dir)
+        s = Session(init_options=tiny_options(Path("model")), env=env(), cwd=project)
+        try:
+            assert s.wait_state("ready", "error")["state"] == "ready"
+            pids.append(served_by(s))
+        finally:
+            s.stop()
+    assert pids[0] == pids[1]
+
+
+def test_edited_modules_make_a_new_key(tmp_path):
+    (tmp_path / "a.py").write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.py").write_text("")
+    before = rendezvous.source_stamp(tmp_path)
+    os.utime(tmp_path / "sub" / "b.py", ns=(before + 10**9, before + 10**9))
+    assert rendezvous.source_stamp(tmp_path) == before + 10**9

@@ -42,12 +42,17 @@ if NVIM_0_11:
 
 
 def run_lua(
-    script: str, tmp_path: Path, model_dir: Path | None, nvim: str | None = None, timeout: int = 90
+    script: str,
+    tmp_path: Path,
+    model_dir: Path | None,
+    nvim: str | None = None,
+    timeout: int = 90,
+    extra_env: dict[str, str] | None = None,
 ) -> str:
     """Runs one Lua test script in headless Neovim; returns its output, failing on any failure."""
     nvim = nvim or NVIM
     assert nvim is not None
-    env = dict(os.environ)
+    env = {**os.environ, **(extra_env or {})}
     for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
         env[name] = str(tmp_path / name.lower())  # keep LSP logs and state out of $HOME
     env["TMPDIR"] = str(tmp_path)
@@ -129,6 +134,42 @@ def test_multiline_and_ranges(tmp_path: Path, nvim: str) -> None:
 def test_builtin_ghost_text(tmp_path: Path, tiny_model_dir: Path) -> None:
     output = run_lua("test_ghost_builtin.lua", tmp_path, tiny_model_dir)
     assert "ok - accept inserts exactly the suggestion" in output
+
+
+def processes_serving(socket_path: Path) -> list[int]:
+    """The model hosts listening on this socket (their command line names it)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--model-host" in words and os.fsencode(socket_path) in words:
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+@pytest.mark.slow
+def test_ghost_text_from_a_kept_model_after_neovim_starts_again(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """The default: Neovim's server is a relay to a model host, which keeps the model after
+    Neovim quits and serves the next Neovim (host_process/)."""
+    folder = tmp_path / "hosts"
+    env = {"MEMOSIGHT_KEEP_ALIVE": "60", "MEMOSIGHT_RUNTIME_DIR": str(folder)}
+    hosts: list[set[int]] = []
+    try:
+        for _ in ("first", "second"):  # the same folders: XDG_CACHE_HOME is in the host's key
+            output = run_lua("test_ghost_builtin.lua", tmp_path, tiny_model_dir, extra_env=env)
+            assert "ok - accept inserts exactly the suggestion" in output
+            # The hosts of this Neovim's servers (one per client it ran at once), kept after
+            # it quit.
+            hosts.append({pid for path in folder.iterdir() for pid in processes_serving(path)})
+        assert hosts[0], "no model host was kept"
+        assert hosts[1] == hosts[0], "the second Neovim started hosts of its own"
+    finally:
+        for pid in set().union(*hosts):
+            os.kill(pid, 15)
 
 
 @pytest.mark.slow

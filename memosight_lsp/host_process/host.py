@@ -18,10 +18,11 @@ import socket
 import threading
 import time
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, cast
 
-from .rendezvous import ACCEPTED, BUSY, HELLO
+from .rendezvous import ACCEPTED, BUSY, MAX_GREETING, working_folder
 
 if TYPE_CHECKING:
     from memosight_lsp.session.model_host import KeptModel
@@ -32,25 +33,34 @@ GREETING_TIMEOUT_S = 2.0
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+@dataclass(frozen=True)
+class Greeting:
+    """A relay that greeted: its connection, its stderr (or None) and its working folder."""
+
+    conn: socket.socket
+    log_fd: int | None
+    cwd: str
+
+
 class Lobby:
     """Hands greeted connections to the main thread, one session at a time."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._waiting: tuple[socket.socket, int | None] | None = None
+        self._waiting: Greeting | None = None
         self._busy = False
         self._closed = False
 
-    def offer(self, conn: socket.socket, log_fd: int | None) -> bool:
+    def offer(self, greeting: Greeting) -> bool:
         with self._cond:
             if self._busy or self._closed:
                 return False
             self._busy = True
-            self._waiting = (conn, log_fd)
+            self._waiting = greeting
             self._cond.notify_all()
             return True
 
-    def next_session(self, keep_alive_s: float) -> tuple[socket.socket, int | None] | None:
+    def next_session(self, keep_alive_s: float) -> Greeting | None:
         """The next greeted connection, or None (and no more) after keep_alive_s without one."""
         deadline = time.monotonic() + keep_alive_s
         with self._cond:
@@ -95,7 +105,7 @@ def run_host(path: Path, keep_alive_s: float) -> int:
                 log.info("no editor for %g s: the model host leaves", keep_alive_s)
                 break
             served += 1
-            kept = _serve(*session, kept)
+            kept = _serve(session, kept)
             if kept is None:
                 log.info("nothing worth keeping after session %d: the model host leaves", served)
                 break
@@ -127,12 +137,18 @@ def _accept(listener: socket.socket, lobby: Lobby) -> None:
         fds: list[int] = []
         try:
             conn.settimeout(GREETING_TIMEOUT_S)
-            message, fds, _, _ = socket.recv_fds(conn, len(HELLO), 1)
-            if message != HELLO:
+            message, fds, _, _ = socket.recv_fds(conn, MAX_GREETING, 1)
+            while message.count(b"\n") < 2 and len(message) < MAX_GREETING:
+                more = conn.recv(MAX_GREETING - len(message))
+                if not more:
+                    break
+                message += more
+            cwd = working_folder(message)
+            if cwd is None:
                 raise OSError("not a relay's greeting")
             conn.settimeout(None)
             log_fd = fds[0] if fds else None
-            if lobby.offer(conn, log_fd):
+            if lobby.offer(Greeting(conn, log_fd, cwd)):
                 conn.sendall(ACCEPTED + b" %d\n" % os.getpid())
                 continue  # the main thread serves it (a relay gone meanwhile: an empty session)
             conn.sendall(BUSY)
@@ -144,9 +160,13 @@ def _accept(listener: socket.socket, lobby: Lobby) -> None:
         conn.close()
 
 
-def _serve(conn: socket.socket, log_fd: int | None, kept: KeptModel | None) -> KeptModel | None:
-    """One session; its log also goes to the relay's stderr (the editor's output panel)."""
-    handler = _session_log(log_fd)
+def _serve(greeting: Greeting, kept: KeptModel | None) -> KeptModel | None:
+    """One session, in the relay's working folder; its log also goes to the relay's stderr (the
+    editor's output panel)."""
+    conn = greeting.conn
+    handler = _session_log(greeting.log_fd)
+    with suppress(OSError):
+        os.chdir(greeting.cwd)
     reader = cast(BinaryIO, conn.makefile("rb", buffering=0))  # read() returns what came
     writer = conn.makefile("wb")
 
@@ -167,6 +187,8 @@ def _serve(conn: socket.socket, log_fd: int | None, kept: KeptModel | None) -> K
             with suppress(OSError, ValueError):
                 stream.close()
         conn.close()
+        with suppress(OSError):
+            os.chdir("/")  # an idle host pins no project's folder
         if handler is not None:
             logging.getLogger().removeHandler(handler)
             handler.close()

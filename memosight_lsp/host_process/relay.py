@@ -21,8 +21,8 @@ from pathlib import Path
 
 from .rendezvous import (
     ACCEPTED,
-    HELLO,
     MAX_SOCKET_PATH,
+    greeting,
     host_key,
     host_sockets,
     new_socket_path,
@@ -137,7 +137,7 @@ def greet(path: Path) -> Greeted | str | None:
         sock.close()
         return None
     try:
-        socket.send_fds(sock, [HELLO], _log_fds())
+        socket.send_fds(sock, [greeting()], _log_fds())
         sock.settimeout(ANSWER_TIMEOUT_S)
         answer = _line(sock)
     except OSError:

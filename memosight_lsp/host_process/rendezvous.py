@@ -1,6 +1,8 @@
 """Where a relay finds a host: a Unix socket per host in a private folder, named by a key of
-everything that makes two servers differ (the interpreter, the package, its version, the working
-folder and the environment that configures it), and the greeting they exchange.
+everything that makes two servers differ (the interpreter, the package, its version and its
+modules' times, and the environment that configures it), and the greeting they exchange. The
+working folder is not in the key: a session runs in its relay's (relative model paths), so one
+host serves every project.
 
 Standard library only: the relay imports this before anything else and must start in
 milliseconds.
@@ -28,9 +30,10 @@ RUNTIME_DIR_ENV = "MEMOSIGHT_RUNTIME_DIR"
 # 0 serves in the editor's own process, as before.
 DEFAULT_KEEP_ALIVE_S = 300.0
 MAX_KEEP_ALIVE_S = 7 * 24 * 3600.0
-# The relay's first words, sent with its stderr (the session's log goes there); the host answers
-# one of the two lines.
-HELLO = b"memosight-relay 1\n"
+# The relay's first words, then its working folder and a newline, sent with its stderr (the
+# session's log goes there); the host answers one of the two lines.
+HELLO = b"memosight-relay 2\n"
+MAX_GREETING = 8192
 ACCEPTED = b"ok"  # then a space, the host's process id and a newline
 BUSY = b"busy\n"
 # Names that configure a server: two environments that differ in one get two hosts.
@@ -105,16 +108,35 @@ def host_key() -> str:
         if name.startswith("MEMOSIGHT_") and name not in (KEEP_ALIVE_ENV, RUNTIME_DIR_ENV)
     }
     env.update({name: os.environ[name] for name in KEYED_ENV if name in os.environ})
+    package = Path(memosight_lsp.__file__).parent
     described = json.dumps(
-        [
-            sys.executable,
-            str(Path(memosight_lsp.__file__).parent),
-            __version__,
-            os.getcwd(),
-            sorted(env.items()),
-        ]
+        [sys.executable, str(package), __version__, source_stamp(package), sorted(env.items())]
     )
     return hashlib.sha256(described.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def source_stamp(package: Path) -> int:
+    """The newest modification time of the package's modules: a host running code that was
+    edited (an editable install) or upgraded in place serves no new editor."""
+    newest = 0
+    for path in package.rglob("*.py"):
+        try:
+            newest = max(newest, path.stat().st_mtime_ns)
+        except OSError:
+            continue
+    return newest
+
+
+def greeting() -> bytes:
+    return HELLO + os.fsencode(os.getcwd()) + b"\n"
+
+
+def working_folder(greeting: bytes) -> str | None:
+    """The relay's working folder from its greeting; None when it is not a relay's."""
+    if not greeting.startswith(HELLO) or not greeting.endswith(b"\n"):
+        return None
+    folder = greeting[len(HELLO) : -1]
+    return os.fsdecode(folder) if folder and b"\n" not in folder else None
 
 
 def new_socket_path(folder: Path, key: str) -> Path:
