@@ -214,3 +214,17 @@ def test_edited_modules_make_a_new_key(tmp_path):
     before = rendezvous.source_stamp(tmp_path)
     os.utime(tmp_path / "sub" / "b.py", ns=(before + 10**9, before + 10**9))
     assert rendezvous.source_stamp(tmp_path) == before + 10**9
+
+
+def test_sigterm_ends_the_host_at_once_even_in_a_session(hosts, tiny_model_dir):
+    env, served_by, folder = hosts
+    s = session(env(), tiny_model_dir)
+    try:
+        host = served_by(s)
+        assert completion(s)
+        os.kill(host, signal.SIGTERM)
+        assert wait_gone(host, timeout=5), "the host did not leave on SIGTERM"
+        assert list(folder.iterdir()) == []
+        assert s.server.proc.wait(10) is not None  # its relay left with it
+    finally:
+        s.server.kill()

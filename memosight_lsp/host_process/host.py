@@ -90,7 +90,7 @@ def run_host(path: Path, keep_alive_s: float) -> int:
     finally:
         os.umask(old_mask)
     listener.listen(8)
-    signal.signal(signal.SIGTERM, lambda signum, frame: _leave_now(path))
+    _leave_on_sigterm(path)
     log.info("model host %d on %s (keep-alive %g s)", os.getpid(), path, keep_alive_s)
     lobby = Lobby()
     threading.Thread(
@@ -120,12 +120,20 @@ def run_host(path: Path, keep_alive_s: float) -> int:
     os._exit(0)  # the model's threads, watchers and readers must not hold the process
 
 
-def _leave_now(path: Path) -> None:
-    """SIGTERM: the socket file goes with the process (a relay would clear it anyway)."""
-    with suppress(OSError):
-        path.unlink()
-    logging.shutdown()
-    os._exit(0)
+def _leave_on_sigterm(path: Path) -> None:
+    """SIGTERM ends the host at once, whatever its threads do, and its socket file goes with it
+    (a relay would clear it anyway). The signal is blocked in every thread (the ones started
+    later inherit that) and taken by one that waits for it: a Python handler would wait for the
+    main thread, which may be inside a session."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait() -> None:
+        signal.sigwait({signal.SIGTERM})
+        with suppress(OSError):
+            path.unlink()
+        os._exit(0)
+
+    threading.Thread(target=wait, name="memosight-host-sigterm", daemon=True).start()
 
 
 def _accept(listener: socket.socket, lobby: Lobby) -> None:
