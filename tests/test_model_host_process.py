@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -228,3 +230,19 @@ def test_sigterm_ends_the_host_at_once_even_in_a_session(hosts, tiny_model_dir):
         assert s.server.proc.wait(10) is not None  # its relay left with it
     finally:
         s.server.kill()
+
+
+def test_the_relay_imports_nothing_heavy():
+    """The editor's process starts in milliseconds: the relay is the standard library's."""
+    code = (
+        "import sys\n"
+        "from memosight_lsp.cli import lsp_main\n"
+        "import memosight_lsp.host_process.relay\n"
+        "heavy = ('torch', 'transformers', 'pygls', 'lsprotocol', 'numpy',\n"
+        "         'memosight_lsp.server')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(heavy)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"

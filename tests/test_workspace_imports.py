@@ -22,7 +22,15 @@ ABOVE = (
     "memosight_lsp.commands",
 )
 # The completion's layers, lowest first.
-COMPLETION_LAYERS = ("inference", "engines", "pipeline", "next_edit", "session", "server")
+COMPLETION_LAYERS = (
+    "inference",
+    "engines",
+    "pipeline",
+    "next_edit",
+    "session",
+    "server",
+    "host_process",
+)
 LSP_LIBRARIES = ("pygls", "lsprotocol")
 
 
