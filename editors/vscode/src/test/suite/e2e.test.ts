@@ -349,4 +349,39 @@ describe('MemoSight in VS Code', function () {
     await resetEditor();
     assert.ok((await serverSuggestion()).length > 0);
   });
+
+  it('keeps the model loaded for the next start (--keep-alive: a relay to a model host)', async () => {
+    const config = vscode.workspace.getConfiguration('memosight');
+    const stats = async (): Promise<Record<string, unknown> | undefined> => {
+      const client = api.controller.languageClient;
+      return client?.isRunning() ? client.sendRequest<Record<string, unknown>>('memosight/stats', {}) : undefined;
+    };
+    let host: number | undefined;
+    // The CI serves in the editor's process (MEMOSIGHT_KEEP_ALIVE=0); the argument wins.
+    await config.update('serverArgs', ['--keep-alive', '30'], vscode.ConfigurationTarget.Workspace);
+    try {
+      const first = await waitFor('a server through a model host', async () => {
+        const now = await stats().catch(() => undefined);
+        return now?.keepsModel === true && now.state === 'ready' ? now : undefined;
+      }, 90_000);
+      host = first.pid as number;
+      await vscode.commands.executeCommand('memosight.restart');
+      const second = await waitFor('the restarted server, ready', async () => {
+        const now = await stats().catch(() => undefined);
+        return now?.state === 'ready' ? now : undefined;
+      }, 30_000);
+      assert.equal(second.pid, host, 'the restarted server is served by the host that kept the model');
+      await resetEditor();
+      assert.ok((await serverSuggestion()).length > 0);
+    } finally {
+      await config.update('serverArgs', undefined, vscode.ConfigurationTarget.Workspace);
+      await waitFor('the server in its own process again', async () => {
+        const now = await stats().catch(() => undefined);
+        return now?.keepsModel === false;
+      }, 90_000);
+      if (host !== undefined) {
+        process.kill(host, 'SIGTERM');
+      }
+    }
+  });
 });
