@@ -97,15 +97,22 @@ def test_the_next_editor_is_served_by_the_kept_model(hosts, tiny_model_dir):
 
 
 def test_a_busy_host_leaves_the_next_editor_to_a_host_of_its_own(hosts, tiny_model_dir):
-    env, served_by, _ = hosts
+    env, served_by, folder = hosts
     first = session(env(), tiny_model_dir)
     second = session(env(), tiny_model_dir)
     try:
-        assert served_by(first) != served_by(second)
+        pids = {served_by(first), served_by(second)}
+        assert len(pids) == 2
         assert completion(first) == completion(second)
     finally:
         first.stop()
         second.stop()
+    # Both editors closed: one host keeps the model, the other (the same model) leaves.
+    deadline = time.monotonic() + 20
+    while sum(alive(pid) for pid in pids) > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sum(alive(pid) for pid in pids) == 1
+    assert len(list(folder.iterdir())) == 1
 
 
 def test_the_host_leaves_after_its_keep_alive(hosts, tiny_model_dir):

@@ -22,7 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, cast
 
-from .rendezvous import ACCEPTED, BUSY, MAX_GREETING, working_folder
+from .rendezvous import (
+    ACCEPTED,
+    BUSY,
+    IDLE,
+    MAX_GREETING,
+    PROBE,
+    host_sockets,
+    key_of,
+    working_folder,
+)
 
 if TYPE_CHECKING:
     from memosight_lsp.session.model_host import KeptModel
@@ -50,6 +59,12 @@ class Lobby:
         self._waiting: Greeting | None = None
         self._busy = False
         self._closed = False
+        self.model_tag = "none"  # what the kept model is, for other hosts' probes
+
+    def idle_tag(self) -> str | None:
+        """The kept model's tag while no session runs or waits; None otherwise."""
+        with self._cond:
+            return None if self._busy or self._closed else self.model_tag
 
     def offer(self, greeting: Greeting) -> bool:
         with self._cond:
@@ -109,6 +124,10 @@ def run_host(path: Path, keep_alive_s: float) -> int:
             if kept is None:
                 log.info("nothing worth keeping after session %d: the model host leaves", served)
                 break
+            lobby.model_tag = kept.host.tag()
+            if _twin_idle(path, lobby.model_tag):
+                log.info("another host keeps the same model: this one leaves")
+                break
             lobby.session_ended()
     finally:
         lobby.close()
@@ -146,6 +165,11 @@ def _accept(listener: socket.socket, lobby: Lobby) -> None:
         try:
             conn.settimeout(GREETING_TIMEOUT_S)
             message, fds, _, _ = socket.recv_fds(conn, MAX_GREETING, 1)
+            if message == PROBE:
+                tag = lobby.idle_tag()
+                conn.sendall(BUSY if tag is None else IDLE + b" %s\n" % tag.encode())
+                conn.close()
+                continue
             while message.count(b"\n") < 2 and len(message) < MAX_GREETING:
                 more = conn.recv(MAX_GREETING - len(message))
                 if not more:
@@ -166,6 +190,27 @@ def _accept(listener: socket.socket, lobby: Lobby) -> None:
             with suppress(OSError):
                 os.close(fd)
         conn.close()
+
+
+def _twin_idle(path: Path, tag: str) -> bool:
+    """Whether another host of this key idles with the same model: then this one leaves, and
+    closing several editors leaves one host per model, not one each. This host answers BUSY
+    while it asks (its session has not ended in the lobby yet), so two hosts ending at once
+    both stay rather than both leave."""
+    for other in host_sockets(path.parent, key_of(path)):
+        if other == path:
+            continue
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.settimeout(GREETING_TIMEOUT_S)
+                probe.connect(os.fspath(other))
+                probe.sendall(PROBE)
+                answer = probe.recv(256)
+        except OSError:
+            continue
+        if answer == IDLE + b" %s\n" % tag.encode():
+            return True
+    return False
 
 
 def _serve(greeting: Greeting, kept: KeptModel | None) -> KeptModel | None:

@@ -34,6 +34,10 @@ MAX_KEEP_ALIVE_S = 7 * 24 * 3600.0
 # session's log goes there); the host answers one of the two lines.
 HELLO = b"memosight-relay 2\n"
 MAX_GREETING = 8192
+# Another host's question, after a session: is this one idle, and with which model? Answered
+# IDLE, a space, the model's tag and a newline, or BUSY.
+PROBE = b"memosight-probe 2\n"
+IDLE = b"idle"
 ACCEPTED = b"ok"  # then a space, the host's process id and a newline
 BUSY = b"busy\n"
 # Names that configure a server: two environments that differ in one get two hosts.
@@ -137,6 +141,11 @@ def working_folder(greeting: bytes) -> str | None:
         return None
     folder = greeting[len(HELLO) : -1]
     return os.fsdecode(folder) if folder and b"\n" not in folder else None
+
+
+def key_of(path: Path) -> str:
+    """The key in a host's socket name."""
+    return path.name.split("-")[1] if path.name.count("-") >= 2 else ""
 
 
 def new_socket_path(folder: Path, key: str) -> Path:

@@ -14,6 +14,7 @@ that does not load falls back to the embedded model the same way.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections.abc import Callable
@@ -67,6 +68,12 @@ class ModelHost:
                 self._spec = None
                 self.state = "idle"
                 self.message = "no model loaded yet"
+
+    def tag(self) -> str:
+        """A short name of the settings loaded or being loaded (two hosts compare them)."""
+        with self._lock:
+            spec = repr(self._spec)
+        return hashlib.sha256(spec.encode("utf-8", "replace")).hexdigest()[:12]
 
     def ensure(self, settings: ModelSettings) -> None:
         """Start loading when these settings were not loaded or attempted yet."""
