@@ -19,7 +19,8 @@ os.environ["MEMOSIGHT_DISCOVERY"] = "0"
 
 # Every server a test starts serves in its own process and leaves with its client: a model
 # host lingering after each test (host_process/) would pile up. Tests of the host set their own.
-os.environ["MEMOSIGHT_KEEP_ALIVE"] = "0"
+# MEMOSIGHT_TEST_KEEP_ALIVE=SECONDS runs the servers through the relay and a kept host instead.
+os.environ["MEMOSIGHT_KEEP_ALIVE"] = os.environ.get("MEMOSIGHT_TEST_KEEP_ALIVE", "0")
 
 from tiny_models import save_tiny_model
 

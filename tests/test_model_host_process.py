@@ -4,6 +4,7 @@ loaded for the next editor, until its keep-alive ends."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import stat
@@ -12,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import lsp_session
 import pytest
 from lsp_session import Session, tiny_options
 
@@ -26,6 +28,10 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def sockets(folder: Path) -> list[Path]:
+    return sorted(folder.glob("host-*.sock"))
 
 
 def wait_gone(pid: int, timeout: float = 20.0) -> bool:
@@ -80,9 +86,7 @@ def test_the_next_editor_is_served_by_the_kept_model(hosts, tiny_model_dir):
     expected = completion(first)
     assert first.stop() == 0
     assert alive(host), "the host left with its editor"
-    assert [p.name for p in folder.iterdir()] and all(
-        p.name.startswith("host-") and p.suffix == ".sock" for p in folder.iterdir()
-    )
+    assert len(sockets(folder)) == 1
 
     second = session(env(), tiny_model_dir)
     try:
@@ -112,7 +116,7 @@ def test_a_busy_host_leaves_the_next_editor_to_a_host_of_its_own(hosts, tiny_mod
     while sum(alive(pid) for pid in pids) > 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sum(alive(pid) for pid in pids) == 1
-    assert len(list(folder.iterdir())) == 1
+    assert len(sockets(folder)) == 1
 
 
 def test_the_host_leaves_after_its_keep_alive(hosts, tiny_model_dir):
@@ -149,7 +153,7 @@ def test_a_killed_host_is_replaced(hosts, tiny_model_dir):
     first.stop()
     os.kill(host, signal.SIGKILL)  # no chance to clear its socket file
     assert wait_gone(host)
-    (stale,) = folder.iterdir()
+    (stale,) = sockets(folder)
     second = session(env(), tiny_model_dir)
     try:
         assert served_by(second) not in (host, second.server.proc.pid)
@@ -253,3 +257,17 @@ def test_the_relay_imports_nothing_heavy():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+async def test_an_asyncio_client_sees_its_server_end_after_exit(hosts, tiny_model_dir):
+    """pytest-lsp's client, as asyncio's subprocesses do, waits for the server's stdout and
+    stderr to close: the host must let go of the relay's stderr when the session ends. Right
+    after `initialized` (a handler still waiting for workspace/configuration at shutdown)."""
+    env, _, _ = hosts
+    pids = []
+    for _ in range(2):
+        client = await lsp_session.start("neovim", tiny_options(tiny_model_dir), env=env())
+        pids.append((await lsp_session.stats(client))["pid"])
+        await asyncio.wait_for(lsp_session.stop(client), 20)
+    assert pids[0] == pids[1]
+    os.kill(pids[0], signal.SIGTERM)

@@ -164,7 +164,7 @@ def test_ghost_text_from_a_kept_model_after_neovim_starts_again(
             assert "ok - accept inserts exactly the suggestion" in output
             # The hosts of this Neovim's servers (one per client it ran at once), kept after
             # it quit.
-            hosts.append({pid for path in folder.iterdir() for pid in processes_serving(path)})
+            hosts.append({pid for path in folder.glob("*.sock") for pid in processes_serving(path)})
         assert hosts[0], "no model host was kept"
         assert hosts[1] == hosts[0], "the second Neovim started hosts of its own"
     finally:

@@ -11,6 +11,7 @@ wait in the socket while the imports run.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -106,6 +107,7 @@ def run_host(path: Path, keep_alive_s: float) -> int:
         os.umask(old_mask)
     listener.listen(8)
     _leave_on_sigterm(path)
+    _stacks_on_sigusr1(path)
     log.info("model host %d on %s (keep-alive %g s)", os.getpid(), path, keep_alive_s)
     lobby = Lobby()
     threading.Thread(
@@ -131,12 +133,23 @@ def run_host(path: Path, keep_alive_s: float) -> int:
             lobby.session_ended()
     finally:
         lobby.close()
-        with suppress(OSError):
-            path.unlink()
+        for leftover in (path, path.with_suffix(".stacks")):
+            with suppress(OSError):
+                leftover.unlink()
         with suppress(OSError):
             listener.close()
     logging.shutdown()
     os._exit(0)  # the model's threads, watchers and readers must not hold the process
+
+
+def _stacks_on_sigusr1(path: Path) -> None:
+    """SIGUSR1 writes every thread's stack to `<socket>.stacks` (a host has no terminal): what
+    to attach to a report of a host that does not answer."""
+    try:
+        stacks = open(path.with_suffix(".stacks"), "w")  # noqa: SIM115 (open for the process)
+        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    except (OSError, AttributeError, ValueError):
+        log.debug("no stack dumps on SIGUSR1", exc_info=True)
 
 
 def _leave_on_sigterm(path: Path) -> None:
@@ -148,8 +161,9 @@ def _leave_on_sigterm(path: Path) -> None:
 
     def wait() -> None:
         signal.sigwait({signal.SIGTERM})
-        with suppress(OSError):
-            path.unlink()
+        for leftover in (path, path.with_suffix(".stacks")):
+            with suppress(OSError):
+                leftover.unlink()
         os._exit(0)
 
     threading.Thread(target=wait, name="memosight-host-sigterm", daemon=True).start()
@@ -245,9 +259,13 @@ def _serve(greeting: Greeting, kept: KeptModel | None) -> KeptModel | None:
         if handler is not None:
             logging.getLogger().removeHandler(handler)
             handler.close()
+            with suppress(OSError):
+                # A StreamHandler leaves its stream open; the relay's stderr must close here,
+                # or the editor waits for its end after the relay left (asyncio's clients do).
+                handler.stream.close()
 
 
-def _session_log(log_fd: int | None) -> logging.Handler | None:
+def _session_log(log_fd: int | None) -> logging.StreamHandler | None:
     if log_fd is None:
         return None
     try:

@@ -186,6 +186,7 @@ def register(server: MemoSightServer) -> None:
     def shutdown(ls: MemoSightServer, params: Any) -> None:
         ls.shutdown_requested = True
         ls.stop_worker()
+        ls.protocol.cancel_running_handlers()  # type: ignore[attr-defined]
 
     @server.feature(types.EXIT)
     def exit_now(ls: MemoSightServer, params: Any) -> None:

@@ -333,6 +333,17 @@ class RobustProtocol(LanguageServerProtocol):
 
         super()._execute_handler(msg_id, handler, done, args, kwargs)
 
+    def cancel_running_handlers(self) -> None:
+        """At shutdown, before pygls's own loop: cancel the handlers still running but the
+        shutdown's own, from a snapshot. pygls cancels them while iterating _request_futures,
+        and the cancel of a notification's future runs `done` above at once, which deletes from
+        that dict: a RuntimeError, and the shutdown request failed (a client then never sends
+        `exit`). Seen with `initialized` still waiting for workspace/configuration."""
+        current = self.msg_id
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != current and not future.done():
+                future.cancel()
+
     def send_error(self, msg_id: int | str | None, code: int, message: str) -> None:
         """A JSON-RPC error response (written as a plain object: the id may be null)."""
         self._send_data(
