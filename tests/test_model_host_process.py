@@ -5,6 +5,7 @@ loaded for the next editor, until its keep-alive ends."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import stat
@@ -18,6 +19,7 @@ import pytest
 from lsp_session import Session, tiny_options
 
 from memosight_lsp.host_process import rendezvous
+from memosight_lsp.host_process.relay import ShutdownSeen
 
 TEXT = "def add(a, b):\n    return a + b\n\n\ndef scale(values, factor):\n    return "
 
@@ -271,3 +273,24 @@ async def test_an_asyncio_client_sees_its_server_end_after_exit(hosts, tiny_mode
         await asyncio.wait_for(lsp_session.stop(client), 20)
     assert pids[0] == pids[1]
     os.kill(pids[0], signal.SIGTERM)
+
+
+def frame(message: dict) -> bytes:
+    body = json.dumps(message).encode()
+    return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+def test_the_relay_sees_a_shutdown_request_across_chunks():
+    seen = ShutdownSeen()
+    text = {"textDocument": {"text": 'x = {"method": "shutdown"}'}}  # in a document: not one
+    stream = frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": text})
+    stream += frame({"jsonrpc": "2.0", "id": 7, "method": "shutdown"})
+    head, tail = stream[:-5], stream[-5:]
+    for i in range(0, len(head), 7):
+        seen.feed(head[i : i + 7])
+    assert not seen.seen  # the shutdown's body is not whole yet
+    seen.feed(tail)
+    assert seen.seen
+    lost = ShutdownSeen()
+    lost.feed(b"garbage without a header\r\n\r\n" + frame({"id": 1, "method": "shutdown"}))
+    assert not lost.seen  # what it cannot frame, it does not guess

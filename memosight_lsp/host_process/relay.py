@@ -8,6 +8,7 @@ caller serves the editor in its own process instead.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -169,9 +170,61 @@ def _line(sock: socket.socket, limit: int = 64) -> bytes:
     return data
 
 
+class ShutdownSeen:
+    """Watches the editor's messages for a `shutdown` request: the relay's exit code is the
+    server's (0 after shutdown, else 1, as the LSP spec has it). Frames are cut by their
+    Content-Length; only a body that holds the word is parsed. Input it cannot frame ends the
+    watch (the code then stays 1)."""
+
+    MAX_HEADER = 4096
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._buffer = bytearray()
+        self._lost = False
+
+    def feed(self, data: bytes) -> None:
+        if self.seen or self._lost:
+            return
+        self._buffer += data
+        while not self.seen and not self._lost:
+            end = self._buffer.find(b"\r\n\r\n")
+            if end < 0:
+                self._lost = len(self._buffer) > self.MAX_HEADER
+                return
+            length = _content_length(bytes(self._buffer[:end]))
+            if length is None:
+                self._lost = True
+                return
+            start = end + 4
+            if len(self._buffer) < start + length:
+                return
+            body = bytes(self._buffer[start : start + length])
+            del self._buffer[: start + length]
+            if b'"shutdown"' in body:
+                self.seen = _method(body) == "shutdown"
+
+
+def _content_length(header: bytes) -> int | None:
+    for line in header.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length" and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+def _method(body: bytes) -> object:
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    return message.get("method") if isinstance(message, dict) else None
+
+
 def pass_through(sock: socket.socket) -> int:
     """The editor's stdin to the host, the host's bytes to our stdout; returns when the host
-    closes the session (0) or the connection breaks (1)."""
+    closes the session (0 after a shutdown request, else 1) or the connection breaks (1)."""
+    shutdown = ShutdownSeen()
 
     def upstream() -> None:
         try:
@@ -179,6 +232,7 @@ def pass_through(sock: socket.socket) -> int:
                 data = os.read(0, CHUNK)
                 if not data:
                     break
+                shutdown.feed(data)
                 sock.sendall(data)
         except OSError:
             pass
@@ -196,11 +250,11 @@ def pass_through(sock: socket.socket) -> int:
         except OSError:
             return 1
         if not data:
-            return 0
+            return 0 if shutdown.seen else 1
         try:
             _write_all(1, data)
         except OSError:  # the editor is gone
-            return 0
+            return 0 if shutdown.seen else 1
 
 
 def _write_all(fd: int, data: bytes) -> None:
