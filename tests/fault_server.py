@@ -99,6 +99,9 @@ def main() -> int:
         install_forward_fault(Path(control))
     from memosight_lsp.cli import lsp_main
 
+    # The faults are patched into this process: it must serve, not relay to a model host.
+    os.environ["MEMOSIGHT_KEEP_ALIVE"] = "0"
+
     return lsp_main(sys.argv[1:])
 
 

@@ -19,7 +19,7 @@ import pytest
 from lsp_session import Session, tiny_options
 
 from memosight_lsp.host_process import rendezvous
-from memosight_lsp.host_process.relay import ShutdownSeen
+from memosight_lsp.host_process.relay import Downstream
 
 TEXT = "def add(a, b):\n    return a + b\n\n\ndef scale(values, factor):\n    return "
 
@@ -280,17 +280,14 @@ def frame(message: dict) -> bytes:
     return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
-def test_the_relay_sees_a_shutdown_request_across_chunks():
-    seen = ShutdownSeen()
-    text = {"textDocument": {"text": 'x = {"method": "shutdown"}'}}  # in a document: not one
-    stream = frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": text})
-    stream += frame({"jsonrpc": "2.0", "id": 7, "method": "shutdown"})
-    head, tail = stream[:-5], stream[-5:]
-    for i in range(0, len(head), 7):
-        seen.feed(head[i : i + 7])
-    assert not seen.seen  # the shutdown's body is not whole yet
-    seen.feed(tail)
-    assert seen.seen
-    lost = ShutdownSeen()
-    lost.feed(b"garbage without a header\r\n\r\n" + frame({"id": 1, "method": "shutdown"}))
-    assert not lost.seen  # what it cannot frame, it does not guess
+def test_the_relay_passes_frames_whole_and_takes_the_exit_code():
+    body = "é" * 50_000  # a frame far larger than a chunk
+    stream = frame({"jsonrpc": "2.0", "method": "window/logMessage", "params": {"m": body}})
+    stream += frame({"jsonrpc": "2.0", "id": 1, "result": None}) + b"MemoSight-Exit: 0\r\n\r\n"
+    downstream = Downstream()
+    out = b"".join(downstream.feed(stream[i : i + 1000]) for i in range(0, len(stream), 1000))
+    assert out == stream[: stream.index(b"MemoSight-Exit")]
+    assert downstream.exit_code == 0
+    unframed = Downstream()
+    assert unframed.feed(b"x" * 5000) + unframed.feed(b"more") == b"x" * 5000 + b"more"
+    assert unframed.exit_code is None

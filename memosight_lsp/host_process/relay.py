@@ -8,7 +8,6 @@ caller serves the editor in its own process instead.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from .rendezvous import (
     ACCEPTED,
+    EXIT_HEADER,
     MAX_SOCKET_PATH,
     greeting,
     host_key,
@@ -170,39 +170,60 @@ def _line(sock: socket.socket, limit: int = 64) -> bytes:
     return data
 
 
-class ShutdownSeen:
-    """Watches the editor's messages for a `shutdown` request: the relay's exit code is the
-    server's (0 after shutdown, else 1, as the LSP spec has it). Frames are cut by their
-    Content-Length; only a body that holds the word is parsed. Input it cannot frame ends the
-    watch (the code then stays 1)."""
+class Downstream:
+    """The host's bytes cut into frames by their Content-Length (the server's output is always
+    framed) and forwarded whole; the host's last words, a header block `MemoSight-Exit: N` with
+    no body, are the exit code (the server's: 0 after a shutdown request, else 1, as the LSP
+    spec has it) and are not forwarded. A body is passed on as it comes, never scanned."""
 
     MAX_HEADER = 4096
 
     def __init__(self) -> None:
-        self.seen = False
-        self._buffer = bytearray()
-        self._lost = False
+        self.exit_code: int | None = None
+        self._header = bytearray()
+        self._body_left = 0
+        self._lost = False  # output it could not frame: passed on as it is from then on
 
-    def feed(self, data: bytes) -> None:
-        if self.seen or self._lost:
-            return
-        self._buffer += data
-        while not self.seen and not self._lost:
-            end = self._buffer.find(b"\r\n\r\n")
+    def feed(self, data: bytes) -> bytes:
+        out = bytearray()
+        view = memoryview(data)
+        while view:
+            if self._lost:
+                out += view
+                break
+            if self._body_left:
+                taken = min(self._body_left, len(view))
+                out += view[:taken]
+                self._body_left -= taken
+                view = view[taken:]
+                continue
+            self._header += view
+            view = memoryview(b"")
+            end = self._header.find(b"\r\n\r\n")
             if end < 0:
-                self._lost = len(self._buffer) > self.MAX_HEADER
-                return
-            length = _content_length(bytes(self._buffer[:end]))
-            if length is None:
-                self._lost = True
-                return
-            start = end + 4
-            if len(self._buffer) < start + length:
-                return
-            body = bytes(self._buffer[start : start + length])
-            del self._buffer[: start + length]
-            if b'"shutdown"' in body:
-                self.seen = _method(body) == "shutdown"
+                if len(self._header) > self.MAX_HEADER:
+                    self._lose(out)
+                break
+            header, rest = bytes(self._header[: end + 4]), bytes(self._header[end + 4 :])
+            self._header.clear()
+            if header.startswith(EXIT_HEADER):
+                code = header[len(EXIT_HEADER) :].strip()
+                self.exit_code = int(code) if code.isdigit() else 1
+            else:
+                length = _content_length(header)
+                if length is None:
+                    out += header
+                    self._lost = True
+                else:
+                    out += header
+                    self._body_left = length
+            view = memoryview(rest)
+        return bytes(out)
+
+    def _lose(self, out: bytearray) -> None:
+        out += self._header
+        self._header.clear()
+        self._lost = True
 
 
 def _content_length(header: bytes) -> int | None:
@@ -213,18 +234,10 @@ def _content_length(header: bytes) -> int | None:
     return None
 
 
-def _method(body: bytes) -> object:
-    try:
-        message = json.loads(body)
-    except ValueError:
-        return None
-    return message.get("method") if isinstance(message, dict) else None
-
-
 def pass_through(sock: socket.socket) -> int:
     """The editor's stdin to the host, the host's bytes to our stdout; returns when the host
-    closes the session (0 after a shutdown request, else 1) or the connection breaks (1)."""
-    shutdown = ShutdownSeen()
+    closes the session (the server's exit code) or the connection breaks (1)."""
+    downstream = Downstream()
 
     def upstream() -> None:
         try:
@@ -232,7 +245,6 @@ def pass_through(sock: socket.socket) -> int:
                 data = os.read(0, CHUNK)
                 if not data:
                     break
-                shutdown.feed(data)
                 sock.sendall(data)
         except OSError:
             pass
@@ -250,11 +262,11 @@ def pass_through(sock: socket.socket) -> int:
         except OSError:
             return 1
         if not data:
-            return 0 if shutdown.seen else 1
+            return 1 if downstream.exit_code is None else downstream.exit_code
         try:
-            _write_all(1, data)
+            _write_all(1, downstream.feed(data))
         except OSError:  # the editor is gone
-            return 0 if shutdown.seen else 1
+            return 1
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -38,6 +38,8 @@ MAX_GREETING = 8192
 # IDLE, a space, the model's tag and a newline, or BUSY.
 PROBE = b"memosight-probe 2\n"
 IDLE = b"idle"
+# The host's last words in a session, after the protocol's: the exit code the relay exits with.
+EXIT_HEADER = b"MemoSight-Exit:"
 ACCEPTED = b"ok"  # then a space, the host's process id and a newline
 BUSY = b"busy\n"
 # Names that configure a server: two environments that differ in one get two hosts.

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import BinaryIO
 
+from memosight_lsp.host_process.rendezvous import EXIT_HEADER
 from memosight_lsp.session.model_host import KeptModel
 
 from .features import register
@@ -55,6 +56,12 @@ def serve_session(
 
     def end_on_exit() -> None:
         exited.append(True)
+        code = 0 if server.shutdown_requested else 1
+        try:  # after every reply: the relay exits with the code (host_process/relay.py)
+            writer.write(EXIT_HEADER + b" %d\r\n\r\n" % code)
+            writer.flush()
+        except OSError:
+            pass
         end_connection()
 
     server.end_connection = end_on_exit
