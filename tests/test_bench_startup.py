@@ -54,3 +54,15 @@ def test_servers_start_as_installed_with_their_compiled_modules(monkeypatch):
     assert env["PATH"] == os.environ["PATH"]
     compiled = Path(importlib.util.cache_from_source(startup.__file__))
     assert compiled.is_file()  # compiled as pip would
+
+
+def test_a_runs_load_seconds_and_host_come_from_its_log():
+    lines = [
+        "2026-12-04 00:10:50,394 INFO memosight_lsp.host_process.relay: serving through the "
+        "model host (process 18343)",
+        "2026-12-04 00:10:52,000 INFO memosight_lsp.session.model_host: m ready (0.5M "
+        "parameters, cpu, loaded in 1.9s)",
+    ]
+    assert startup.loaded_in(lines) == 1.9
+    assert startup.host_pid(lines) == 18343
+    assert startup.host_pid(lines[1:]) is None  # served in its own process

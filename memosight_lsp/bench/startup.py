@@ -131,13 +131,19 @@ def log_offsets(lines: list[str], spawned_wall: float) -> list[dict[str, Any]]:
     return out
 
 
+def first_group(pattern: re.Pattern[str], lines: list[str]) -> str | None:
+    """The first group of the first line the pattern finds."""
+    for line in lines:
+        match = pattern.search(line)
+        if match:
+            return match.group(1)
+    return None
+
+
 def loaded_in(lines: list[str]) -> float | None:
     """The server's own load seconds, from its "... loaded in 1.9s)" line, if it logged one."""
-    for line in lines:
-        match = LOADED_IN.search(line)
-        if match:
-            return float(match.group(1))
-    return None
+    found = first_group(LOADED_IN, lines)
+    return None if found is None else float(found)
 
 
 async def ask_until_text(
@@ -175,11 +181,8 @@ def server_environment(bytecode: str) -> dict[str, str]:
 
 def host_pid(lines: list[str]) -> int | None:
     """The model host that served a run, from its relay's log line (None: no host)."""
-    for line in lines:
-        match = HOST_PID.search(line)
-        if match:
-            return int(match.group(1))
-    return None
+    found = first_group(HOST_PID, lines)
+    return None if found is None else int(found)
 
 
 def stop_host(pid: int | None) -> None:
