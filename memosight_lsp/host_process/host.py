@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 from .rendezvous import (
     ACCEPTED,
     BUSY,
+    EXIT_HEADER,
     IDLE,
     MAX_GREETING,
     PROBE,
@@ -195,8 +196,11 @@ def _accept(listener: socket.socket, lobby: Lobby) -> None:
             conn.settimeout(None)
             log_fd = fds[0] if fds else None
             if lobby.offer(Greeting(conn, log_fd, cwd)):
-                conn.sendall(ACCEPTED + b" %d\n" % os.getpid())
-                continue  # the main thread serves it (a relay gone meanwhile: an empty session)
+                # From here the main thread owns the connection and the fd: a relay gone
+                # meanwhile makes an empty session there, so a failed send closes nothing here.
+                with suppress(OSError):
+                    conn.sendall(ACCEPTED + b" %d\n" % os.getpid())
+                continue
             conn.sendall(BUSY)
         except OSError as err:
             log.debug("a greeting failed: %s", err)
@@ -237,7 +241,10 @@ def _serve(greeting: Greeting, kept: KeptModel | None) -> KeptModel | None:
     reader = cast(BinaryIO, conn.makefile("rb", buffering=0))  # read() returns what came
     writer = conn.makefile("wb")
 
-    def end_connection() -> None:
+    def end_connection(code: int) -> None:
+        with suppress(OSError):  # after every reply: the relay exits with the code (relay.py)
+            writer.write(EXIT_HEADER + b" %d\r\n\r\n" % code)
+            writer.flush()
         with suppress(OSError):
             conn.shutdown(socket.SHUT_RDWR)
 

@@ -8,7 +8,6 @@ import threading
 from collections.abc import Callable
 from typing import BinaryIO
 
-from memosight_lsp.host_process.rendezvous import EXIT_HEADER
 from memosight_lsp.session.model_host import KeptModel
 
 from .features import register
@@ -46,23 +45,19 @@ def serve_session(
     reader: BinaryIO,
     writer: BinaryIO,
     kept: KeptModel | None,
-    end_connection: Callable[[], None],
+    end_connection: Callable[[int], None],
 ) -> KeptModel | None:
     """One editor's session in a lingering host (host_process/host.py), over its connection:
-    returns the model the next session may take over (None: the host should not linger)."""
+    returns the model the next session may take over (None: the host should not linger).
+    `end_connection` gets the exit code an `exit` notification means (0 after a shutdown
+    request, else 1), after every reply was written."""
     quiet_pygls()
     server = build_server(kept, lingers=True)
     exited: list[bool] = []
 
     def end_on_exit() -> None:
         exited.append(True)
-        code = 0 if server.shutdown_requested else 1
-        try:  # after every reply: the relay exits with the code (host_process/relay.py)
-            writer.write(EXIT_HEADER + b" %d\r\n\r\n" % code)
-            writer.flush()
-        except OSError:
-            pass
-        end_connection()
+        end_connection(0 if server.shutdown_requested else 1)
 
     server.end_connection = end_on_exit
     ended = serve_stdio(server, reader, writer)  # pygls ends an `exit` with SystemExit
