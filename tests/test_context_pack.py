@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from memosight_lsp.context import PackedContext, build_context
+from memosight_lsp.context.pack import joined
+from memosight_lsp.context.select import Piece
 from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.context.types import SNIPPET_KINDS
 from memosight_lsp.workspace import WorkspaceIndex
@@ -319,3 +322,27 @@ def test_similar_windows_from_open_buffers(project, tmp_path) -> None:
     windows = [s for s in packed.snippets if s.kind == "window"]
     assert windows and windows[0].path == "pkg/events.py"
     assert "registry.register_handler(settings.timeout" in packed.prefix
+
+
+def test_snippets_apart_in_their_file_are_apart_in_the_prompt(project) -> None:
+    """Two snippets of one file with lines between them get a blank line between them (glued,
+    they read as one piece of code); adjacent ones stay as they are."""
+    index, root = project
+    packed = ctx(index, root)
+    part = packed.prefix.split("# file: pkg/models.py\n", 1)[1].split("# file:", 1)[0]
+    snippets = sorted(
+        (s for s in packed.snippets if s.path.endswith("models.py")), key=lambda s: s.start_line
+    )
+    assert len(snippets) >= 2
+    for before, after in itertools.pairwise(snippets):
+        assert after.start_line > before.end_line + 1
+        assert before.text.endswith("\n")
+        assert before.text + "\n" + after.text in part
+
+    def piece(start: int, end: int, text: str) -> Piece:
+        return Piece("m.go", start, end, None, "full", text, 1, 1.0)
+
+    assert joined([piece(0, 1, "a\nb\n"), piece(2, 2, "c\n")]) == "a\nb\nc\n"
+    assert joined([piece(0, 1, "a\nb\n"), piece(5, 5, "c\n")]) == "a\nb\n\nc\n"
+    assert joined([piece(0, 0, "a"), piece(5, 5, "c\n")]) == "a\n\nc\n"
+    assert joined([piece(0, 1, "a\n\n"), piece(5, 5, "c\n")]) == "a\n\nc\n"

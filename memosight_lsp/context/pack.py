@@ -85,9 +85,7 @@ class _Layout:
 
     def cross_files(self) -> tuple[tuple[str, str], ...]:
         """(path, its snippets' text) per other file, in prompt order, without path markers."""
-        return tuple(
-            (path, "".join(p.text for p in pieces)) for path, pieces in self.cross_by_file()
-        )
+        return tuple((path, joined(pieces)) for path, pieces in self.cross_by_file())
 
     def cross_text(self) -> str:
         """The other files' part of the prefix: each file's path marker and its snippets."""
@@ -95,7 +93,7 @@ class _Layout:
         for path, pieces in self.cross_by_file():
             assert self.spec is not None
             parts.append(path_marker(self.spec, path))
-            parts.extend(p.text for p in pieces)
+            parts.append(joined(pieces))
         return "".join(parts)
 
     def prefix(self) -> str:
@@ -487,6 +485,20 @@ def foreign_candidates(candidates: list[Candidate], ranker: Ranker) -> list[Cand
         for c in candidates
         if c.definition is not None and (c.path == ranker.rel or c.definition.name in wanted)
     ]
+
+
+def joined(pieces: list[Piece]) -> str:
+    """One file's snippets in line order, a blank line between two that are not adjacent in
+    the file: glued together, a definition's head, a constant from inside a block and a window
+    that starts mid-function read as one piece of code, which no real file is (the model
+    continues such text worse than the file alone, docs/context.md, run 15)."""
+    parts: list[str] = []
+    for before, piece in zip([None, *pieces], pieces, strict=False):
+        gap = before is not None and piece.start_line > before.end_line + 1
+        if gap and parts and not parts[-1].endswith("\n\n") and piece.text.strip("\n"):
+            parts.append("\n" if parts[-1].endswith("\n") else "\n\n")
+        parts.append(piece.text)
+    return "".join(parts)
 
 
 def _fit(layout: _Layout, budget: int, counter: TokenCounter) -> tuple[str, int]:
