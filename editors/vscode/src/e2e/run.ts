@@ -228,7 +228,10 @@ async function trackGhostText(page: Page, stop: { done: boolean }): Promise<void
     const text = await page.evaluate<string>(GHOST_TEXT_JS).catch(() => '');
     if (text !== last) {
       last = text;
-      writeFileSync(path.join(RUN, 'ghost-latest.json'), JSON.stringify({ text, at: Date.now() }));
+      // Written whole and renamed into place: the suite reads it while this loop runs.
+      const tmp = path.join(RUN, 'ghost-latest.tmp');
+      writeFileSync(tmp, JSON.stringify({ text, at: Date.now() }));
+      renameSync(tmp, path.join(RUN, 'ghost-latest.json'));
     }
     await new Promise((r) => setTimeout(r, 100));
   }

@@ -174,8 +174,12 @@ describe('MemoSight in VS Code', function () {
           if (!existsSync(latest)) {
             return false;
           }
-          const seen = JSON.parse(readFileSync(latest, 'utf8')) as { text: string };
-          return norm(seen.text) === norm(whole);
+          try {
+            const seen = JSON.parse(readFileSync(latest, 'utf8')) as { text: string };
+            return norm(seen.text) === norm(whole);
+          } catch {
+            return false; // replaced between the check and the read: the next poll reads it
+          }
         }, 20_000);
       }
     } finally {
