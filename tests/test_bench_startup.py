@@ -66,3 +66,8 @@ def test_a_runs_load_seconds_and_host_come_from_its_log():
     assert startup.loaded_in(lines) == 1.9
     assert startup.host_pid(lines) == 18343
     assert startup.host_pid(lines[1:]) is None  # served in its own process
+    assert startup.model_timings(lines) == "kept"  # loaded, and nothing left to time
+    pending = "2026-12-04 00:10:52,000 INFO memosight_lsp.pipeline.calibration: calibration: "
+    pending += "prefill, passCosts measured after the first answer"
+    assert startup.model_timings([pending, *lines]) == "not kept: prefill, passCosts"
+    assert startup.model_timings(lines[:1]) is None  # a kept host loaded nothing

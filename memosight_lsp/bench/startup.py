@@ -73,6 +73,8 @@ READY_GRACE_S = 5.0  # the ready status may trail the first answer on the wire b
 # The server's log format (cli.py): "2026-12-03 11:06:07,123 INFO memosight_lsp...: message".
 LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (.*)$")
 LOADED_IN = re.compile(r"loaded in ([0-9.]+)s")
+# pipeline/calibration.py: what the model's kept timings lack, timed after the first answer.
+PENDING_TIMINGS = re.compile(r"calibration: ([\w, ]+) measured after the first answer")
 HOST_PID = re.compile(r"serving through the model host \(process (\d+)\)")
 HOST_MODES = ("cold", "kept", "off")
 MILESTONES = ("initializeS", "readyS", "firstSuggestionS")
@@ -144,6 +146,17 @@ def loaded_in(lines: list[str]) -> float | None:
     """The server's own load seconds, from its "... loaded in 1.9s)" line, if it logged one."""
     found = first_group(LOADED_IN, lines)
     return None if found is None else float(found)
+
+
+def model_timings(lines: list[str]) -> str | None:
+    """Whether the run's load found the model's timings kept on this machine ("kept"), or which
+    it lacked ("not kept: prefill, ..."; without the prefill rate the first prompt is the small
+    cautious one, so the first suggestion comes sooner than on a machine that ran the model
+    before); None when the run loaded nothing (a kept host)."""
+    pending = first_group(PENDING_TIMINGS, lines)
+    if pending is not None:
+        return f"not kept: {pending}"
+    return "kept" if loaded_in(lines) is not None else None
 
 
 async def ask_until_text(
@@ -234,6 +247,7 @@ async def one_run(
     for key in MILESTONES:
         run[key] = None if run[key] is None else round(run[key], 3)
     run["loadedInS"] = loaded_in(server.log)
+    run["timings"] = model_timings(server.log)
     run["hostPid"] = host_pid(server.log)
     run["model"] = next((s["model"] for s in server.statuses if s.get("model")), None)
     run["log"] = log_offsets(server.log, spawned_wall)
@@ -277,7 +291,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             shown = ", ".join(f"{k} {run[k]}" for k in (*MILESTONES, "loadedInS"))
             sys.stderr.write(
                 f"startup: run {n}/{args.runs}: {shown}, host {run['hostPid']}, "
-                f"text {run.get('text')!r}\n"
+                f"timings {run['timings']}, text {run.get('text')!r}\n"
             )
     finally:
         for pid in hosts:
