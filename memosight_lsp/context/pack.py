@@ -26,6 +26,7 @@ marker, its own snippets and enclosing heads in line order, and the lines up to 
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -490,15 +491,15 @@ def foreign_candidates(candidates: list[Candidate], ranker: Ranker) -> list[Cand
 def joined(pieces: list[Piece]) -> str:
     """One file's snippets in line order, a blank line between two that are not adjacent in
     the file: glued together, a definition's head, a constant from inside a block and a window
-    that starts mid-function read as one piece of code, which no real file is (the model
-    continues such text worse than the file alone, docs/context.md, run 15)."""
-    parts: list[str] = []
-    for before, piece in zip([None, *pieces], pieces, strict=False):
-        gap = before is not None and piece.start_line > before.end_line + 1
-        if gap and parts and not parts[-1].endswith("\n\n") and piece.text.strip("\n"):
-            parts.append("\n" if parts[-1].endswith("\n") else "\n\n")
-        parts.append(piece.text)
-    return "".join(parts)
+    that starts mid-function read as one piece of code, which no real file is (exact match was
+    the same with and without it, docs/context.md, run 15)."""
+    text = pieces[0].text if pieces else ""
+    for before, piece in itertools.pairwise(pieces):
+        apart = piece.start_line > before.end_line + 1
+        if apart and piece.text.strip("\n") and not before.text.endswith("\n\n"):
+            text += "\n" if before.text.endswith("\n") else "\n\n"
+        text += piece.text
+    return text
 
 
 def _fit(layout: _Layout, budget: int, counter: TokenCounter) -> tuple[str, int]:
