@@ -212,12 +212,18 @@ async function serveBrowserRequests(page: Page, stop: { done: boolean }): Promis
       } catch (err) {
         reply = { error: String(err) };
       }
-      const tmp = path.join(RUN, `browser-reply-${id}.tmp`);
-      writeFileSync(tmp, JSON.stringify(reply));
-      renameSync(tmp, path.join(RUN, `browser-reply-${id}.json`));
+      writeWhole(path.join(RUN, `browser-reply-${id}.json`), JSON.stringify(reply));
     }
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/** Writes `file` beside itself and renames it into place: the suite polls these files while they
+ * are rewritten, and must never read half of one. */
+function writeWhole(file: string, text: string): void {
+  const tmp = `${file}.tmp`;
+  writeFileSync(tmp, text);
+  renameSync(tmp, file);
 }
 
 /** Keeps ghost-latest.json holding the ghost text in the DOM now, rewritten whenever it changes,
@@ -228,10 +234,7 @@ async function trackGhostText(page: Page, stop: { done: boolean }): Promise<void
     const text = await page.evaluate<string>(GHOST_TEXT_JS).catch(() => '');
     if (text !== last) {
       last = text;
-      // Written whole and renamed into place: the suite reads it while this loop runs.
-      const tmp = path.join(RUN, 'ghost-latest.tmp');
-      writeFileSync(tmp, JSON.stringify({ text, at: Date.now() }));
-      renameSync(tmp, path.join(RUN, 'ghost-latest.json'));
+      writeWhole(path.join(RUN, 'ghost-latest.json'), JSON.stringify({ text, at: Date.now() }));
     }
     await new Promise((r) => setTimeout(r, 100));
   }

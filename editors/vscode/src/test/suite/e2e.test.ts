@@ -171,14 +171,11 @@ describe('MemoSight in VS Code', function () {
         const latest = path.join(E2E_DIR, 'ghost-latest.json');
         const norm = (text: string) => text.replace(/\s+/g, ' ').trim();
         await waitFor('the whole suggestion as ghost text in the editor DOM', () => {
-          if (!existsSync(latest)) {
-            return false;
-          }
           try {
             const seen = JSON.parse(readFileSync(latest, 'utf8')) as { text: string };
             return norm(seen.text) === norm(whole);
           } catch {
-            return false; // replaced between the check and the read: the next poll reads it
+            return false; // not written yet: the next poll reads it
           }
         }, 20_000);
       }
