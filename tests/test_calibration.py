@@ -166,10 +166,15 @@ def test_a_second_server_takes_the_kept_timings_and_times_nothing(loaded):
     trunk = prepare_trunk(loaded.model)
     assert trunk.kernels is not None and trunk.kernels.chosen == kept.row_kernels
     assert second.prefill_rate.settled is not None and second.prefill_rate.samples == 1
+    # Its first prompt is small all the same (the process's first pass pays its first-call
+    # costs); after it, prompts follow the kept rate.
+    assert second.latency_budget(request()).prompt_tokens == MIN_PROMPT_TOKENS
     due: list[int] = []
     second.calibration.on_due = lambda: due.append(1)
-    second.complete(request())
+    first_answer = second.complete(request())
     assert due == []  # nothing to measure after its answers
+    assert first_answer.prompt_tokens <= MIN_PROMPT_TOKENS + MARKER_RESERVE
+    assert second.latency_budget(request()).prompt_tokens > MIN_PROMPT_TOKENS
 
 
 def test_timings_taken_beside_busy_processes_serve_but_are_not_kept(loaded):

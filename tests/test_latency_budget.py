@@ -70,6 +70,16 @@ def test_no_rate_no_deadline_or_a_small_budget_is_the_whole_budget(rate, ms, bud
     assert got.suffix_tokens is None and got.prefill_chunk == 0
 
 
+@pytest.mark.parametrize("rate", [None, 10.0, 500.0, 1e6])
+def test_a_process_first_prompt_is_the_minimum_whatever_the_rate(rate):
+    first = latency.latency_budget(BUDGET, rate, 300, suffix_first=False, cautious=True)
+    assert first.prompt_tokens == first.max_prompt_tokens == latency.MIN_PROMPT_TOKENS
+    assert first.prefill_chunk == latency.MIN_CHUNK_TOKENS and first.rate == rate
+    # Without a deadline nothing is sized for one.
+    whole = latency.latency_budget(BUDGET, rate, 0, suffix_first=False, cautious=True)
+    assert whole.prompt_tokens == BUDGET
+
+
 def test_suffix_first_prompts_leave_the_suffix_unbounded():
     psm, spm = sized(500), sized(500, spm=True)
     assert psm.suffix_tokens == 24 and spm.suffix_tokens is None

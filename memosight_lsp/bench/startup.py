@@ -150,9 +150,9 @@ def loaded_in(lines: list[str]) -> float | None:
 
 def model_timings(lines: list[str]) -> str | None:
     """Whether the run's load found the model's timings kept on this machine ("kept"), or which
-    it lacked ("not kept: prefill, ..."; without the prefill rate the first prompt is the small
-    cautious one, so the first suggestion comes sooner than on a machine that ran the model
-    before); None when the run loaded nothing (a kept host)."""
+    it lacked ("not kept: prefill, ..."); None when the run loaded nothing (a kept host). A new
+    process's first prompt is the small cautious one either way; what is kept decides whether
+    the calibration runs after the first answer."""
     pending = first_group(PENDING_TIMINGS, lines)
     if pending is not None:
         return f"not kept: {pending}"

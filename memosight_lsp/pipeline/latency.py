@@ -16,8 +16,10 @@ so a keystroke during a long prefill waits for one chunk at most.
 
 A server's first sample comes from the calibration kept for this machine and model at load, or
 else from its first prefill (pipeline/calibration.py: nothing is timed before the first
-answer), whose prompt is then MIN_PROMPT_TOKENS whatever the model's speed (`cautious`: a
-whole budget on an unknown, slow model can take longer than a person waits). The rate then
+answer). A process's first prompt is MIN_PROMPT_TOKENS whatever the model's speed (`cautious`:
+a whole budget on an unknown, slow model can take longer than a person waits, and a first pass
+also pays the process's first-call costs at the end of its start, when the person has already
+waited for the imports and the load). The rate then
 follows every prefill of at least MIN_SAMPLE_TOKENS as a moving average; the sizes move only
 when it moves by more than SETTLE_RATIO (a prompt that changes size is prefilled again from its
 first token). Engines that never measured a rate (one-shot CLI and benchmark engines) pack the
@@ -113,9 +115,9 @@ def latency_budget(
     """The sizes for a context budget of `budget_tokens` (already within the model's positions),
     a settled prefill `rate` (tokens/s, None: not measured) and the first-response deadline
     (0: none). Without a rate or a deadline: the whole budget, unbounded suffix, one pass; but
-    `cautious` (a server whose rate is not measured yet: its first prompt) without a rate:
-    MIN_PROMPT_TOKENS, whatever the model's speed, until a prefill measures it."""
-    if rate is None and cautious and first_response_ms > 0:
+    `cautious` (a server process's first prompt) with a deadline: MIN_PROMPT_TOKENS, whatever
+    the model's speed or the rate kept."""
+    if cautious and first_response_ms > 0:
         small = min(budget_tokens, MIN_PROMPT_TOKENS)
         suffix = None if suffix_first else MIN_SUFFIX_TOKENS
         return LatencyBudget(
@@ -123,7 +125,7 @@ def latency_budget(
             max_prompt_tokens=small,
             suffix_tokens=suffix,
             prefill_chunk=MIN_CHUNK_TOKENS,  # a newer request need not wait for all of it
-            rate=None,
+            rate=rate,
         )
     if rate is None or first_response_ms <= 0 or budget_tokens <= MIN_PROMPT_TOKENS:
         return LatencyBudget(

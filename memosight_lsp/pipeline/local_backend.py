@@ -97,6 +97,10 @@ class LocalBackend:
         # (time_passes) takes it from the calibration, or from its first prefills.
         self.prefill_rate = PrefillRate()
         self.time_passes = time_passes
+        # Whether this process has run a prefill yet. Its first one also pays the process's
+        # first-call costs (allocations, the kernels' first use) while the person waits for the
+        # whole start, so a timing engine's first prompt is small even when the rate is kept.
+        self.prefilled = False
         self.stable = StablePrompts()  # per-buffer pinned prompt heads
         # The machine's timings of this model: cached, or measured after the first answer
         # (pipeline/calibration.py; the server's model host applies and schedules them).
@@ -120,6 +124,7 @@ class LocalBackend:
         request = request or CompletionRequest(text="", line=0, column=0)
         self.calibration.prompt_tokens = self.context_budget(request)
         self.calibration.measure(fresh=True)
+        self.prefilled = True
 
     def machine_busy(self) -> bool:
         """Whether other processes kept more cores busy when the last request started than the
@@ -146,7 +151,7 @@ class LocalBackend:
             self.prefill_rate.settled,
             request.first_response_ms,
             suffix_first=fim is not None and fim.suffix_first,
-            cautious=self.time_passes,  # a server's first prompt, before any rate: small
+            cautious=self.time_passes and not self.prefilled,  # a process's first prompt
         )
 
     def latency(self, request: CompletionRequest) -> dict[str, Any]:
@@ -437,8 +442,11 @@ class LocalBackend:
     def _observe_prefill(self, generation: Generation) -> None:
         """A finished prefill is a sample of the rate, once the rate is being measured (a timing
         engine's first prefill is its first sample)."""
+        if generation.forward_passes < 1:
+            return
+        self.prefilled = True
         measuring = self.time_passes or self.prefill_rate.settled is not None
-        if not measuring or generation.forward_passes < 1:
+        if not measuring:
             return
         prefilled = generation.prompt_tokens - generation.stats.get("reusedPromptTokens", 0)
         self.prefill_rate.observe(prefilled, generation.prefill_ms)
