@@ -30,7 +30,12 @@ def test_one_run_times_initialize_ready_and_the_first_suggestion(
 ):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the server inherits it
     monkeypatch.delenv(native_kernels.ENV_SWITCH, raising=False)
+    project = tmp_path / "project"  # opened as the editor's workspace: indexed beside the load
+    project.mkdir()
+    (project / "shapes.py").write_text("def area(w, h):\n    return w * h\n")
+    (project / "main.py").write_text("from shapes import area\n\nprint(area(2, 3))\n")
     argv = ["--model", str(tiny_model_dir), "--runs", "1", "--first-response-ms", "0"]
+    argv += ["--workspace", str(project)]
     argv += ["--settings", json.dumps({"completion": {"maxNewTokens": 8}}), "--json"]
     assert bench_command.run(argparse.Namespace(name="startup", rest=argv)) == 0
     # its servers build the kernels as a user's do (in the background), not first and waiting
@@ -43,6 +48,9 @@ def test_one_run_times_initialize_ready_and_the_first_suggestion(
     assert result["median"]["firstSuggestionS"] == run["firstSuggestionS"]
     assert result["settings"]["model"]["path"] == str(tiny_model_dir)
     assert any("loaded in" in entry["line"] for entry in run["log"])
+    assert result["workspace"] == str(project)
+    # a small project's scan ends long before the model's load
+    assert any(f"{project}: indexed 2 files" in entry["line"] for entry in run["log"])
     assert startup.table(result).splitlines()[-1].startswith("| median |")
 
 

@@ -11,6 +11,8 @@ went. The server is then shut down (shutdown, exit; killed when it does not leav
 
 The default file is the standard library's textwrap.py with a line in its second half cut just
 after `self.` (a held-out file every machine has); `--file --line --character` name another.
+`--workspace DIR` opens a project folder as an editor does (its index is scanned beside the
+model's load, from the index cache when the project was opened before); by default none.
 What is cached (the converted GGUF, the precision measured, the native kernels, the model's
 timings) is whatever the machine has: run it twice to see the cached case. Kernels not built
 yet are built as a user's server builds them, in the background while the model runs on
@@ -206,7 +208,11 @@ def stop_host(pid: int | None) -> None:
 
 
 async def one_run(
-    options: dict[str, Any], cursor: Cursor, timeout_s: float, env: dict[str, str]
+    options: dict[str, Any],
+    cursor: Cursor,
+    timeout_s: float,
+    env: dict[str, str],
+    folders: tuple[Path, ...] = (),
 ) -> dict[str, Any]:
     """One fresh server, from the spawn to the first suggestion with text."""
     states: dict[str, float] = {}  # state -> seconds from the spawn it was first reported
@@ -223,7 +229,9 @@ async def one_run(
     deadline = spawned + timeout_s
     run: dict[str, Any] = {"initializeS": None, "readyS": None, "firstSuggestionS": None}
     try:
-        await server.initialize(options, capabilities={"window": {"workDoneProgress": False}})
+        await server.initialize(
+            options, folders, capabilities={"window": {"workDoneProgress": False}}
+        )
         run["initializeS"] = time.monotonic() - spawned
         language = "python" if cursor.path.suffix == ".py" else "plaintext"
         document = {"uri": cursor.path.as_uri(), "languageId": language, "version": 1}
@@ -264,6 +272,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     cursor = cursor_from_args(args)
     env = server_environment(args.bytecode)
     env[KEEP_ALIVE_ENV] = "0" if args.host == "off" else str(args.keep_alive)
+    workspace = (Path(args.workspace).resolve(),) if args.workspace else ()
     folders: list[str] = []
     hosts: set[int] = set()
 
@@ -276,13 +285,13 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.host == "kept":
             own_folder()
-            warm_up = await one_run(options, cursor, args.timeout, env)
+            warm_up = await one_run(options, cursor, args.timeout, env, workspace)
             if warm_up["hostPid"]:
                 hosts.add(warm_up["hostPid"])
         for n in range(1, args.runs + 1):
             if args.host == "cold":
                 own_folder()
-            run = await one_run(options, cursor, args.timeout, env)
+            run = await one_run(options, cursor, args.timeout, env, workspace)
             runs.append(run)
             if args.host == "cold":
                 stop_host(run["hostPid"])
@@ -301,6 +310,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "settings": options,
         "file": str(cursor.path),
+        "workspace": str(workspace[0]) if workspace else None,
         "position": {"line": cursor.line, "character": cursor.character},
         "timeoutS": args.timeout,
         "bytecode": args.bytecode,
@@ -347,6 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--file", help="the file opened (default: textwrap.py cut after self.)")
     parser.add_argument("--line", type=int, default=0, help="the cursor's line in --file")
     parser.add_argument("--character", type=int, default=0, help="its UTF-16 column")
+    parser.add_argument(
+        "--workspace",
+        help="a folder the editor opens (indexed by the server as a person's project is; "
+        "default: none)",
+    )
     parser.add_argument(
         "--timeout", type=float, default=120.0, help="seconds per run to the first suggestion"
     )
