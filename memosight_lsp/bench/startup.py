@@ -200,11 +200,30 @@ def host_pid(lines: list[str]) -> int | None:
     return None if found is None else int(found)
 
 
+HOST_EXIT_WAIT_S = 5.0  # a stopped host's last work must not run beside the next run
+
+
 def stop_host(pid: int | None) -> None:
+    """SIGTERM the host, then wait (bounded) until it is gone."""
     if pid is None:
         return
     with contextlib.suppress(OSError):  # gone already
         os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + HOST_EXIT_WAIT_S
+    while time.monotonic() < deadline and _running(pid):
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """Whether the process runs (a zombie nobody reaped yet has ended)."""
+    try:
+        os.kill(pid, 0)
+    except OSError:  # gone, or not ours to signal: some other process has the number now
+        return False
+    with contextlib.suppress(OSError, IndexError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2] != "Z"
+    return True
 
 
 async def one_run(
