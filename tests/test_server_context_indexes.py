@@ -9,7 +9,9 @@ import time
 from lsprotocol import types
 from pygls.workspace import PositionCodec
 
+from memosight_lsp.server import scan_priority
 from memosight_lsp.server.indexes import Change, WorkspaceIndexes, to_edits
+from memosight_lsp.session.scheduler import Scheduler
 from memosight_lsp.workspace import Buffer, WorkspaceIndex, language_for
 from memosight_lsp.workspace.watcher import Watcher, watch_plan
 
@@ -141,3 +143,96 @@ def test_indexes_own_the_watchers_they_start(tmp_path, monkeypatch):
     finally:
         indexes.stop()
     assert WorkspaceIndex(root).scan().parsed == 0
+
+
+def _held_job(scheduler: Scheduler, kind: str, release: threading.Event):
+    """A job on the real model worker that runs until `release` is set."""
+    started = threading.Event()
+
+    def work(cancelled) -> None:
+        started.set()
+        release.wait(30)
+
+    job = scheduler.submit("__model__", work, kind=kind)  # type: ignore[arg-type]
+    assert started.wait(10)
+    return job
+
+
+def test_a_scan_waits_for_the_models_load_and_then_runs(tmp_path):
+    for n in range(3):
+        (tmp_path / f"m{n}.py").write_text(f"def f{n}():\n    return {n}\n")
+    scheduler = Scheduler()
+    release = threading.Event()
+    ends: list[str] = []
+    done = threading.Event()
+
+    def progress(root, phase, percent, message) -> None:
+        if phase == "end":
+            ends.append(message)
+            done.set()
+
+    indexes = WorkspaceIndexes(progress, watch=False, model_busy=scheduler.urgent)
+    try:
+        load = _held_job(scheduler, "control", release)  # a model load under way
+        assert scheduler.urgent()
+        indexes.set_roots([tmp_path])
+        assert not done.wait(0.5)  # the scan gives the load the cores
+        index = indexes.index_for(str(tmp_path / "m0.py"))
+        assert index is not None and len(index) == 0
+        release.set()
+        load.future.result(10)
+        assert done.wait(10) and "indexed 3 files" in ends[0]
+        assert len(index) == 3
+    finally:
+        release.set()
+        indexes.stop()
+        scheduler.stop()
+
+
+def test_pre_warms_do_not_hold_a_scan_back_and_stop_ends_a_wait(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    scheduler = Scheduler()
+    release = threading.Event()
+    done = threading.Event()
+    indexes = WorkspaceIndexes(
+        lambda root, phase, *_: done.set() if phase == "end" else None,
+        watch=False,
+        model_busy=scheduler.urgent,
+    )
+    try:
+        _held_job(scheduler, "prewarm", release)  # a guess, not what the user waits for
+        assert not scheduler.urgent()
+        indexes.set_roots([tmp_path])
+        assert done.wait(10)
+        release.set()
+        # A busy model and a server that stops: the waiting scan leaves at once.
+        release.clear()
+        _held_job(scheduler, "request", release)
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "b.py").write_text("y = 2\n")
+        done.clear()
+        started = time.monotonic()
+        indexes.set_roots([tmp_path, other])
+        time.sleep(0.2)
+        indexes.stop()
+        assert done.wait(5) and time.monotonic() - started < 5
+    finally:
+        release.set()
+        indexes.stop()
+        scheduler.stop()
+
+
+def test_a_model_that_is_never_idle_slows_a_scan_but_cannot_stop_it(monkeypatch):
+    monkeypatch.setattr(scan_priority, "START_WAIT_S", 0.2)
+    monkeypatch.setattr(scan_priority, "GIVE_WAY_S", 0.05)
+    stopped = threading.Event()
+    first = scan_priority.ModelFirst(lambda: True, stopped)
+    started = time.monotonic()
+    assert 0.2 <= first.before_scan() < 2
+    for _ in range(5):  # each give-way is bounded
+        time.sleep(scan_priority.SLICE_S)
+        first.between_steps()
+    assert time.monotonic() - started < 3
+    idle = scan_priority.ModelFirst(lambda: False, stopped)
+    assert idle.before_scan() < 0.05

@@ -27,6 +27,8 @@ from memosight_lsp.workspace import TextEdit, WorkspaceIndex
 from memosight_lsp.workspace.files import indexable_text
 from memosight_lsp.workspace.watcher import Watcher
 
+from .scan_priority import ModelFirst
+
 log = logging.getLogger(__name__)
 
 RECENT_EDITS = 10  # (path, line) pairs handed to the ranker
@@ -45,9 +47,18 @@ class Change:
 
 
 class WorkspaceIndexes:
-    def __init__(self, on_progress: ProgressListener = lambda *a: None, *, watch: bool = True):
+    def __init__(
+        self,
+        on_progress: ProgressListener = lambda *a: None,
+        *,
+        watch: bool = True,
+        model_busy: Callable[[], bool] = lambda: False,
+    ):
+        """`model_busy()`: whether the model has work that scans give way to (scan_priority)."""
         self._on_progress = on_progress
         self._watch = watch
+        self._model_busy = model_busy
+        self._stopping = threading.Event()  # ends a scan's wait for the model at once
         self._indexes: dict[Path, WorkspaceIndex] = {}
         self._watchers: dict[Path, Watcher] = {}
         self._lock = threading.Lock()
@@ -118,6 +129,13 @@ class WorkspaceIndexes:
             return
         name = root.name or str(root)
         self._on_progress(root, "begin", 0, f"indexing {name}")
+        model_first = ModelFirst(self._model_busy, self._stopping)
+        waited = model_first.before_scan()
+        if waited >= 0.1:
+            log.info("%s: the scan waited %.1f s for the model's work", root, waited)
+        if self._stopped:
+            self._on_progress(root, "end", None, f"indexing {name} stopped")
+            return
         last = [-PROGRESS_STEP]
 
         def progress(done: int, total: int) -> None:
@@ -127,9 +145,11 @@ class WorkspaceIndexes:
                 self._on_progress(root, "report", percent, f"{done}/{total} files")
 
         try:
-            stats = index.scan(on_progress=progress)
+            stats = index.scan(on_progress=progress, give_way=model_first.between_steps)
             message = f"indexed {stats.files} files in {stats.seconds:.1f}s"
+            model_first.between_steps()
             if self._watch and self._start_watching(root, index):
+                model_first.between_steps()
                 caught = index.catch_up()  # changes between the scan's listing and the watch
                 if caught:
                     message += f" ({caught} changed while indexing)"
@@ -199,6 +219,7 @@ class WorkspaceIndexes:
 
     def stop(self) -> None:
         self._stopped = True
+        self._stopping.set()
         with self._lock:
             indexes, self._indexes = list(self._indexes.items()), {}
             watchers, self._watchers = self._watchers, {}

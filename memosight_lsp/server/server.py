@@ -96,7 +96,10 @@ class MemoSightServer(LanguageServer):
             history=self.edit_history,
             stats=self.stats,
         )
-        self.indexes = WorkspaceIndexes(self._index_progress_from_thread)
+        # Scans give way to the model's load and requests (server/scan_priority.py).
+        self.indexes = WorkspaceIndexes(
+            self._index_progress_from_thread, model_busy=self.scheduler.urgent
+        )
         self.workspace_roots: list[str] = []  # folders from initialize / didChangeWorkspaceFolders
         self.indexing_started = False  # at `initialized` (or the first didOpen without it)
         self.progress_chains = ProgressChains(self)  # $/progress of the model load and the scans

@@ -223,6 +223,16 @@ class Scheduler:
             now = time.monotonic()
             return any(job.live and job.not_before <= now for job in self._jobs)
 
+    def urgent(self) -> bool:
+        """Whether a load, a request or a request's decode (a precompute) is running or
+        queued: what background work of the server's own (a workspace scan) gives way to.
+        Pre-warms and the calibration are guesses and timings: they do not count."""
+        with self._cond:
+            return any(
+                job is not None and job.live and job.kind != "prewarm"
+                for job in [*self._jobs, self.current]
+            )
+
     def jobs(self, buffer_id: str | None = None) -> list[Job]:
         with self._cond:
             live = [j for j in [*self._jobs, self.current] if j is not None and j.live]

@@ -9,6 +9,7 @@ import hashlib
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import msgpack
@@ -19,6 +20,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 3  # 2: JS/TS re-exports (`export ... from`) are imports; 3: C++ .h headers
 CACHE_FILE = "index.msgpack"
+GIVE_WAY_EVERY = 64  # files rebuilt from the cache between two calls of `give_way`
 
 
 def default_cache_dir(root: Path) -> Path:
@@ -28,8 +30,12 @@ def default_cache_dir(root: Path) -> Path:
     return Path(base) / "memosight" / digest
 
 
-def load(cache_file: Path, root: Path) -> dict[str, FileSymbols]:
-    """The cached files, or {} when there is no usable cache (logged, never raised)."""
+def load(
+    cache_file: Path, root: Path, give_way: Callable[[], None] | None = None
+) -> dict[str, FileSymbols]:
+    """The cached files, or {} when there is no usable cache (logged, never raised).
+    `give_way()` is called every GIVE_WAY_EVERY files while they are rebuilt (a project's
+    thousands of files take a second or more of Python: the server's model goes first)."""
     try:
         raw = cache_file.read_bytes()
     except FileNotFoundError:
@@ -51,7 +57,12 @@ def load(cache_file: Path, root: Path) -> dict[str, FileSymbols]:
         if data.get("root") != str(root.resolve()):
             log.warning("index cache %s belongs to %r; rebuilding", cache_file, data.get("root"))
             return {}
-        return {rel: FileSymbols.from_wire(rel, row) for rel, row in data["files"].items()}
+        files: dict[str, FileSymbols] = {}
+        for n, (rel, row) in enumerate(data["files"].items()):
+            if give_way is not None and n % GIVE_WAY_EVERY == 0:
+                give_way()
+            files[rel] = FileSymbols.from_wire(rel, row)
+        return files
     except Exception as exc:  # any malformed content: the cache is only an accelerator
         log.warning(
             "index cache %s is corrupt (%s: %s); rebuilding", cache_file, type(exc).__name__, exc

@@ -118,15 +118,23 @@ class WorkspaceIndex:
         return Path(rel) if rel.startswith("/") else self.root / rel
 
     # -- whole-workspace scan ------------------------------------------------------------------
-    def scan(self, on_progress: ProgressCallback | None = None) -> ScanStats:
-        """Index the workspace, reusing cached entries whose size+mtime or content hash match."""
+    def scan(
+        self,
+        on_progress: ProgressCallback | None = None,
+        give_way: Callable[[], None] | None = None,
+    ) -> ScanStats:
+        """Index the workspace, reusing cached entries whose size+mtime or content hash match.
+        `give_way()` is called between files (and while the cache is read): it may wait for
+        work that goes first (server/scan_priority.py)."""
         started = time.perf_counter()
-        cached = cache.load(self.cache_file, self.root) if self.cache_file else {}
+        cached = cache.load(self.cache_file, self.root, give_way) if self.cache_file else {}
         entries = list(iter_source_files(self.root, self.max_file_bytes))
         total = len(entries)
         files: dict[str, FileSymbols] = {}
         parsed = reused = 0
         for done, (rel, stat) in enumerate(entries, 1):
+            if give_way is not None:
+                give_way()
             old = cached.get(rel)
             if old is not None and old.size == stat.st_size and old.mtime_ns == stat.st_mtime_ns:
                 files[rel] = old
