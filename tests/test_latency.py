@@ -196,6 +196,19 @@ def test_prewarm_is_reused_and_gives_the_same_completion(loaded):
         assert engine.prewarm(req)["prefilledTokens"] <= got.prompt_tokens
 
 
+def test_a_guessed_prewarm_pins_no_head_and_is_reused_all_the_same(loaded):
+    engine, reference = engine_for(loaded, 1e6), engine_for(loaded, 1e6)
+    req = request(200, 0, buffer_id="file:///g.py")
+    done = engine.prewarm(req, pin=False)  # a file just opened: the cursor is a guess
+    assert done["prefilledTokens"] == done["promptTokens"] > 0
+    assert "file:///g.py" not in engine.stable  # the first request packs for its own cursor
+    got = engine.complete(req)
+    assert got.stats["reusedPromptTokens"] == got.prompt_tokens - 1  # the same prompt here
+    same(got, reference.complete(req))
+    engine.prewarm(request(100, 0, buffer_id="file:///k.py"))  # a known cursor pins its head
+    assert "file:///k.py" in engine.stable
+
+
 def test_prewarm_is_off_for_plain_decoding_and_one_off_requests(loaded):
     engine = engine_for(loaded, 2000)
     for req in (request(100, 0, buffer_id="file:///p.py", plain=True), request(100, 0)):

@@ -182,7 +182,11 @@ class EngineBackend:
         return {"promptTokens": self.context_budget(request), "timeoutMs": self.timeout_s * 1000}
 
     def prewarm(
-        self, request: CompletionRequest, *, cancelled: Callable[[], bool] | None = None
+        self,
+        request: CompletionRequest,
+        *,
+        cancelled: Callable[[], bool] | None = None,
+        pin: bool = True,
     ) -> dict[str, Any]:
         """Nothing: the engine's prefix cache fills on the first request."""
         return {"promptTokens": 0, "prefilledTokens": 0, "cancelled": False}

@@ -410,18 +410,24 @@ class LocalBackend:
         return report
 
     def prewarm(
-        self, request: CompletionRequest, *, cancelled: Callable[[], bool] | None = None
+        self,
+        request: CompletionRequest,
+        *,
+        cancelled: Callable[[], bool] | None = None,
+        pin: bool = True,
     ) -> dict[str, Any]:
         """Prefill the prompt a completion at this cursor starts from into the buffer's kept KV
         cache, decoding nothing: the buffer's next completion prefills only what changed since.
         Lowest-priority work: `cancelled` stops it between prefill chunks and what was done stays.
-        Memory is the prefix cache's, under its bounds. Returns what it did."""
+        Memory is the prefix cache's, under its bounds. Returns what it did. `pin` False (a
+        guessed cursor): the prompt's head is not pinned for the buffer, so its first request
+        packs for its own cursor, and reuses this prefill as far as the two prompts agree."""
         done: dict[str, Any] = {"promptTokens": 0, "prefilledTokens": 0, "cancelled": False}
         if request.buffer_id is None or request.plain:
             return done
         self._share_cores()
         budget = self.latency_budget(request)
-        prompt = self.prepare(request, budget=budget)
+        prompt = self.prepare(request, budget=budget, stable=pin)
         prompt_ids = self.loaded.tokenizer.encode(prompt.text, add_special_tokens=True)
         plan = self.plan(request, len(prompt_ids))
         if self._decoder_for(request, plan) is not self.decoder:

@@ -260,7 +260,11 @@ class CompletionBackend(Protocol):
     def latency(self, request: CompletionRequest) -> dict[str, Any]: ...
 
     def prewarm(
-        self, request: CompletionRequest, *, cancelled: Callable[[], bool] | None = None
+        self,
+        request: CompletionRequest,
+        *,
+        cancelled: Callable[[], bool] | None = None,
+        pin: bool = True,
     ) -> dict[str, Any]: ...
 
     def prepare(self, request: CompletionRequest, *, stable: bool = True) -> Prompt: ...

@@ -474,10 +474,13 @@ class CompletionFlow:
     def prewarm(self, doc: TextDocument, position: types.Position | None = None) -> None:
         """Prefill the prompt at this cursor (None: the end of the document, a guess for a
         buffer just opened) in the background, at the lowest priority: any request cancels
-        it, and whatever it prefilled is reused by the buffer's next completion."""
+        it, and whatever it prefilled is reused by the buffer's next completion. A guess does
+        not pin the buffer's prompt head: the context chosen for the end of the file would
+        otherwise serve a completion anywhere above it (stable_prompt.py)."""
         settings = self._settings()
         if not settings.enable or not settings.completion.speculative:
             return
+        guessed = position is None
         if position is None:
             index = self.line_index(doc)
             position = index.position_at(doc.position_codec, len(index.text))
@@ -494,7 +497,7 @@ class CompletionFlow:
             if backend is None:
                 return None
             self.stats.count("prewarms")
-            done = backend.prewarm(request, cancelled=cancelled)
+            done = backend.prewarm(request, cancelled=cancelled, pin=not guessed)
             log.debug("prewarm: %s", done)
             self.stats.count("prewarmedTokens", done.get("prefilledTokens", 0))
             return done
