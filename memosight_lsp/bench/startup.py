@@ -13,6 +13,9 @@ The default file is the standard library's textwrap.py with a line in its second
 after `self.` (a held-out file every machine has); `--file --line --character` name another.
 `--workspace DIR` opens a project folder as an editor does (its index is scanned beside the
 model's load, from the index cache when the project was opened before); by default none.
+`--typing S` goes on after the first suggestion as a person types on: for S seconds a keystroke
+every quarter second (what follows the cursor in the file) with a completion asked after each;
+the run reports their latency (while a workspace is scanned beside them, say).
 What is cached (the converted GGUF, the precision measured, the native kernels, the model's
 timings) is whatever the machine has: run it twice to see the cached case. Kernels not built
 yet are built as a user's server builds them, in the background while the model runs on
@@ -32,7 +35,7 @@ PYTHONDONTWRITEBYTECODE, which some sandboxes set and which makes every start co
 the package's modules again. `--bytecode environment` runs them in the environment as it is.
 
     memosight bench startup [--model M] [--runs 3] [--timeout 120] [--bytecode kept]
-                            [--host cold|kept|off] [--json]
+                            [--host cold|kept|off] [--workspace DIR] [--typing S] [--json]
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from typing import Any
 from memosight_lsp.commands.common import add_model_options, model_settings_from_args
 from memosight_lsp.config import CompletionSettings, settings_to_wire
 from memosight_lsp.host_process.rendezvous import KEEP_ALIVE_ENV, RUNTIME_DIR_ENV
-from memosight_lsp.pipeline.positions import index_to_utf16
+from memosight_lsp.pipeline.positions import index_to_utf16, utf16_to_index
 
 from .lsp_client import (
     SERVER_COMMAND,
@@ -80,6 +83,8 @@ PENDING_TIMINGS = re.compile(r"calibration: ([\w, ]+) measured after the first a
 HOST_PID = re.compile(r"serving through the model host \(process (\d+)\)")
 HOST_MODES = ("cold", "kept", "off")
 MILESTONES = ("initializeS", "readyS", "firstSuggestionS")
+TYPED_CHARS = 2000  # the most a run's `--typing` types
+KEYSTROKE_S = 0.25  # `--typing`: a keystroke every this many seconds (or when answered, if later)
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,7 @@ class Cursor:
     text: str
     line: int
     character: int
+    typed: str = ""  # what the person goes on to type there (`--typing`)
 
 
 def default_cursor() -> Cursor:
@@ -98,16 +104,23 @@ def default_cursor() -> Cursor:
     lines = path.read_text(encoding="utf-8").split("\n")
     middle = len(lines) // 2
     line = next(n for n in range(middle, len(lines)) if "self." in lines[n])
+    original = "\n".join(lines)
     kept = lines[line][: lines[line].index("self.") + len("self.")]
+    cut = len("\n".join(lines[:line])) + (1 if line else 0) + len(kept)
     lines[line] = kept
-    return Cursor(path, "\n".join(lines), line, index_to_utf16(kept, len(kept)))
+    typed = original[cut : cut + TYPED_CHARS]  # the line's rest, then the lines below again
+    return Cursor(path, "\n".join(lines), line, index_to_utf16(kept, len(kept)), typed)
 
 
 def cursor_from_args(args: argparse.Namespace) -> Cursor:
     if args.file is None:
         return default_cursor()
     path = Path(args.file).resolve()
-    return Cursor(path, path.read_text(encoding="utf-8"), args.line, args.character)
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    offset = len("\n".join(lines[: args.line])) + (1 if args.line else 0)
+    offset += utf16_to_index(lines[args.line] if args.line < len(lines) else "", args.character)
+    return Cursor(path, text, args.line, args.character, text[offset : offset + TYPED_CHARS])
 
 
 def server_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -184,6 +197,58 @@ async def ask_until_text(
     return None, requests
 
 
+async def keep_typing(server: StdioServer, cursor: Cursor, seconds: float) -> dict[str, Any]:
+    """After the first suggestion, type `cursor.typed` a character at a time for `seconds`
+    (a keystroke every KEYSTROKE_S, or when the last was answered), asking for an inline
+    completion after each, as a person typing on while the workspace is scanned: the requests'
+    latency (ms) and how many came back empty."""
+    uri = cursor.path.as_uri()
+    line, character, version = cursor.line, cursor.character, 1
+    latencies: list[float] = []
+    empty = 0
+    ends = time.monotonic() + seconds
+    for char in cursor.typed:
+        if time.monotonic() >= ends:
+            break
+        version += 1
+        at = {"line": line, "character": character}
+        server.notify(
+            "textDocument/didChange",
+            {
+                "textDocument": {"uri": uri, "version": version},
+                "contentChanges": [{"range": {"start": at, "end": at}, "text": char}],
+            },
+        )
+        line, character = (
+            (line + 1, 0)
+            if char == "\n"
+            else (line, character + len(char.encode("utf-16-le")) // 2)
+        )
+        started = time.monotonic()
+        try:
+            result = await server.call(
+                "textDocument/inlineCompletion", inline_params(uri, line, character), 10.0
+            )
+        except (ResponseError, TimeoutError):  # cancelled by the next keystroke, or no answer
+            result = None
+        latency = time.monotonic() - started
+        latencies.append(latency * 1000)
+        empty += not first_text(result)
+        await asyncio.sleep(max(0.0, KEYSTROKE_S - latency))
+    ordered = sorted(latencies)
+
+    def quantile(q: float) -> float | None:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1) if ordered else None
+
+    return {
+        "keystrokes": len(latencies),
+        "empty": empty,
+        "p50Ms": quantile(0.5),
+        "p90Ms": quantile(0.9),
+        "maxMs": round(ordered[-1], 1) if ordered else None,
+    }
+
+
 def server_environment(bytecode: str) -> dict[str, str]:
     """The servers' environment: this one, less PYTHONDONTWRITEBYTECODE with `kept`, after
     compiling the package as an install would (`kept` only)."""
@@ -232,6 +297,7 @@ async def one_run(
     timeout_s: float,
     env: dict[str, str],
     folders: tuple[Path, ...] = (),
+    typing_s: float = 0.0,
 ) -> dict[str, Any]:
     """One fresh server, from the spawn to the first suggestion with text."""
     states: dict[str, float] = {}  # state -> seconds from the spawn it was first reported
@@ -258,6 +324,8 @@ async def one_run(
         text, requests = await ask_until_text(server, cursor, deadline)
         if text is not None:
             run["firstSuggestionS"] = time.monotonic() - spawned
+            if typing_s > 0:
+                run["typing"] = await keep_typing(server, cursor, typing_s)
         ready_by = time.monotonic() + READY_GRACE_S
         while text is not None and "ready" not in states and time.monotonic() < ready_by:
             await asyncio.sleep(0.02)
@@ -310,13 +378,15 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         for n in range(1, args.runs + 1):
             if args.host == "cold":
                 own_folder()
-            run = await one_run(options, cursor, args.timeout, env, workspace)
+            run = await one_run(options, cursor, args.timeout, env, workspace, args.typing)
             runs.append(run)
             if args.host == "cold":
                 stop_host(run["hostPid"])
             elif run["hostPid"]:
                 hosts.add(run["hostPid"])
             shown = ", ".join(f"{k} {run[k]}" for k in (*MILESTONES, "loadedInS"))
+            if "typing" in run:
+                shown += f", typing {run['typing']}"
             sys.stderr.write(
                 f"startup: run {n}/{args.runs}: {shown}, host {run['hostPid']}, "
                 f"timings {run['timings']}, text {run.get('text')!r}\n"
@@ -400,6 +470,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--keep-alive", type=float, default=60.0, help="the hosts' keep-alive, seconds"
+    )
+    parser.add_argument(
+        "--typing",
+        type=float,
+        default=0.0,
+        help="after the first suggestion, type on at the cursor for this many seconds (what "
+        "follows it in the file), a completion asked after each keystroke; reports their latency",
     )
     parser.add_argument("--json", action="store_true", help="JSON with every run and its log")
     return parser

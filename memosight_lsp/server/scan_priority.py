@@ -3,7 +3,7 @@
 A scan (reading the index cache, parsing changed files, starting the folder's watcher) and the
 model's load and requests all hold Python's GIL, so side by side each runs at about half speed:
 in a project of a few thousand files the first suggestion after a start came seconds later
-than with no folder open (docs/speculative.md, "The first suggestion with a project open").
+than with no folder open (docs/speculative.md, "A process's first prompt, and a project open").
 So a scan starts once no load, request or request's decode is running or queued, and while it
 runs it gives way to one that comes, a time slice at a time. Every wait is bounded: a scan
 starts at the latest START_WAIT_S after it was asked for, and each give-way lasts at most
