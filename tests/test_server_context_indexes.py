@@ -171,10 +171,10 @@ def test_a_scan_waits_for_the_models_load_and_then_runs(tmp_path):
             ends.append(message)
             done.set()
 
-    indexes = WorkspaceIndexes(progress, watch=False, model_busy=scheduler.urgent)
+    indexes = WorkspaceIndexes(progress, watch=False, model_calm=scheduler.wait_calm)
     try:
         load = _held_job(scheduler, "control", release)  # a model load under way
-        assert scheduler.urgent()
+        assert scheduler.urgent() and not scheduler.wait_calm(0.05)
         indexes.set_roots([tmp_path])
         assert not done.wait(0.5)  # the scan gives the load the cores
         index = indexes.index_for(str(tmp_path / "m0.py"))
@@ -197,7 +197,7 @@ def test_pre_warms_do_not_hold_a_scan_back_and_stop_ends_a_wait(tmp_path):
     indexes = WorkspaceIndexes(
         lambda root, phase, *_: done.set() if phase == "end" else None,
         watch=False,
-        model_busy=scheduler.urgent,
+        model_calm=scheduler.wait_calm,
     )
     try:
         _held_job(scheduler, "prewarm", release)  # a guess, not what the user waits for
@@ -224,15 +224,23 @@ def test_pre_warms_do_not_hold_a_scan_back_and_stop_ends_a_wait(tmp_path):
 
 
 def test_a_model_that_is_never_idle_slows_a_scan_but_cannot_stop_it(monkeypatch):
-    monkeypatch.setattr(scan_priority, "START_WAIT_S", 0.2)
+    monkeypatch.setattr(scan_priority, "START_WAIT_S", 0.6)
     monkeypatch.setattr(scan_priority, "GIVE_WAY_S", 0.05)
-    stopped = threading.Event()
-    first = scan_priority.ModelFirst(lambda: True, stopped)
-    started = time.monotonic()
-    assert 0.2 <= first.before_scan() < 2
-    for _ in range(5):  # each give-way is bounded
-        time.sleep(scan_priority.SLICE_S)
-        first.between_steps()
-    assert time.monotonic() - started < 3
-    idle = scan_priority.ModelFirst(lambda: False, stopped)
-    assert idle.before_scan() < 0.05
+    scheduler = Scheduler()
+    release = threading.Event()
+    try:
+        _held_job(scheduler, "request", release)  # never ends while the scan waits
+        first = scan_priority.ModelFirst(scheduler.wait_calm, threading.Event())
+        started = time.monotonic()
+        assert 0.6 <= first.before_scan() < 2
+        for _ in range(5):  # each give-way is bounded
+            time.sleep(scan_priority.SLICE_S)
+            first.between_steps()
+        assert time.monotonic() - started < 3
+        release.set()  # the worker is calm: no wait at all
+        assert scheduler.wait_calm(5)
+        calm = scan_priority.ModelFirst(scheduler.wait_calm, threading.Event())
+        assert calm.before_scan() < 0.05
+    finally:
+        release.set()
+        scheduler.stop()

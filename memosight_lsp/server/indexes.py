@@ -52,12 +52,13 @@ class WorkspaceIndexes:
         on_progress: ProgressListener = lambda *a: None,
         *,
         watch: bool = True,
-        model_busy: Callable[[], bool] = lambda: False,
+        model_calm: Callable[[float], bool] = lambda timeout: True,
     ):
-        """`model_busy()`: whether the model has work that scans give way to (scan_priority)."""
+        """`model_calm(timeout)`: waits until the model has no work that scans give way to,
+        at most `timeout` seconds; whether it has none (scan_priority.py)."""
         self._on_progress = on_progress
         self._watch = watch
-        self._model_busy = model_busy
+        self._model_calm = model_calm
         self._stopping = threading.Event()  # ends a scan's wait for the model at once
         self._indexes: dict[Path, WorkspaceIndex] = {}
         self._watchers: dict[Path, Watcher] = {}
@@ -129,7 +130,7 @@ class WorkspaceIndexes:
             return
         name = root.name or str(root)
         self._on_progress(root, "begin", 0, f"indexing {name}")
-        model_first = ModelFirst(self._model_busy, self._stopping)
+        model_first = ModelFirst(self._model_calm, self._stopping)
         waited = model_first.before_scan()
         if waited >= 0.1:
             log.info("%s: the scan waited %.1f s for the model's work", root, waited)

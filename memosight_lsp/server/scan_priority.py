@@ -19,15 +19,17 @@ from collections.abc import Callable
 START_WAIT_S = 30.0  # the longest a scan waits to start for a busy model
 SLICE_S = 0.05  # a scan runs this long between two looks at the model
 GIVE_WAY_S = 0.5  # the longest one give-way lasts
-POLL_S = 0.02  # how often a waiting scan looks again
+STOP_CHECK_S = 0.25  # a waiting scan sees the server stop within this
 
 
 class ModelFirst:
-    """`busy()`: whether the model has urgent work (session/scheduler.py, `urgent`); `stopped`:
-    set when the server stops, which ends every wait at once."""
+    """`wait_calm(timeout)`: block until the model has no urgent work, at most `timeout`
+    seconds, and say whether it has none (session/scheduler.py, `wait_calm`: it wakes once
+    the worker is calm, not on a timer, so a waiting scan costs the model nothing); `stopped`:
+    set when the server stops, which ends every wait within STOP_CHECK_S."""
 
-    def __init__(self, busy: Callable[[], bool], stopped: threading.Event) -> None:
-        self._busy = busy
+    def __init__(self, wait_calm: Callable[[float], bool], stopped: threading.Event) -> None:
+        self._wait_calm = wait_calm
         self._stopped = stopped
         self._ran_since = time.monotonic()
 
@@ -47,6 +49,8 @@ class ModelFirst:
     def _wait(self, limit_s: float) -> float:
         started = time.monotonic()
         deadline = started + limit_s
-        while not self._stopped.is_set() and time.monotonic() < deadline and self._busy():
-            self._stopped.wait(POLL_S)
+        while not self._stopped.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self._wait_calm(min(STOP_CHECK_S, left)):
+                break
         return time.monotonic() - started

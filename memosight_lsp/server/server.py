@@ -98,7 +98,7 @@ class MemoSightServer(LanguageServer):
         )
         # Scans give way to the model's load and requests (server/scan_priority.py).
         self.indexes = WorkspaceIndexes(
-            self._index_progress_from_thread, model_busy=self.scheduler.urgent
+            self._index_progress_from_thread, model_calm=self.scheduler.wait_calm
         )
         self.workspace_roots: list[str] = []  # folders from initialize / didChangeWorkspaceFolders
         self.indexing_started = False  # at `initialized` (or the first didOpen without it)

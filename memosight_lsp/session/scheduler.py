@@ -228,10 +228,21 @@ class Scheduler:
         queued: what background work of the server's own (a workspace scan) gives way to.
         Pre-warms and the calibration are guesses and timings: they do not count."""
         with self._cond:
-            return any(
-                job is not None and job.live and job.kind != "prewarm"
-                for job in [*self._jobs, self.current]
+            return self._urgent_locked()
+
+    def wait_calm(self, timeout: float) -> bool:
+        """Block until nothing is urgent (or the scheduler stops), at most `timeout` seconds,
+        without waking in between: whether it is calm now."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self._stopping or not self._urgent_locked(), max(0.0, timeout)
             )
+
+    def _urgent_locked(self) -> bool:
+        return any(
+            job is not None and job.live and job.kind != "prewarm"
+            for job in [*self._jobs, self.current]
+        )
 
     def jobs(self, buffer_id: str | None = None) -> list[Job]:
         with self._cond:
@@ -293,6 +304,7 @@ class Scheduler:
                     replaced = threading.current_thread() is not self._thread
                     if not replaced:
                         self.current = None
+                        self._cond.notify_all()  # work waiting for a calm worker (wait_calm)
                     now = time.monotonic()
                     idle = not self._stopping and not any(j.not_before <= now for j in self._jobs)
             if replaced:
