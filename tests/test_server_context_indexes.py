@@ -202,6 +202,11 @@ def test_pre_warms_do_not_hold_a_scan_back_and_stop_ends_a_wait(tmp_path):
     try:
         _held_job(scheduler, "prewarm", release)  # a guess, not what the user waits for
         assert not scheduler.urgent()
+        # A timing of the model at the same low priority is urgent: a scan would skew it.
+        timing = scheduler.submit("__timing__", lambda cancelled: None, kind="prewarm", timing=True)
+        assert scheduler.urgent()
+        timing.cancel()
+        assert not scheduler.urgent()
         indexes.set_roots([tmp_path])
         assert done.wait(10)
         release.set()

@@ -4,10 +4,11 @@ A scan (reading the index cache, parsing changed files, starting the folder's wa
 model's load and requests all hold Python's GIL, so side by side each runs at about half speed:
 in a project of a few thousand files the first suggestion after a start came seconds later
 than with no folder open (docs/speculative.md, "A process's first prompt, and a project open").
-So a scan starts once no load, request or request's decode is running or queued, and while it
-runs it gives way to one that comes, a time slice at a time. Every wait is bounded: a scan
-starts at the latest START_WAIT_S after it was asked for, and each give-way lasts at most
-GIVE_WAY_S, so a model that is never idle slows the scan down but cannot stop it.
+So a scan starts once no load, request, request's decode or timing of the model (which a scan
+beside it would skew, and the machine keeps) is running or queued, and while it runs it gives
+way to one that comes, a time slice at a time. Every wait is bounded: a scan starts at the
+latest START_WAIT_S after it was asked for, and each give-way lasts at most GIVE_WAY_S, so a
+model that is never idle slows the scan down but cannot stop it.
 """
 
 from __future__ import annotations

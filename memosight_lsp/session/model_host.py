@@ -170,7 +170,7 @@ class ModelHost:
                 log.exception("timing the model failed: it runs on default timings")
                 backend.calibration.on_due = None
 
-        self._scheduler.submit(CALIBRATION_JOB, work, kind="prewarm")
+        self._scheduler.submit(CALIBRATION_JOB, work, kind="prewarm", timing=True)
 
     def _resolve(self, spec: tuple, settings: ModelSettings) -> Resolved | None:
         """What model.path names (auto: discovery's pick, under a second); None when newer

@@ -67,6 +67,7 @@ class Job:
     waiters: int = 1
     started: bool = False
     give_up_s: float | None = None  # abandoned this long after it starts (None: never)
+    timing: bool = False  # it times the model: the process's other work waits for it (urgent)
     give_up_at: float = math.inf  # time.monotonic() once started
     _cancel: threading.Event = field(default_factory=threading.Event)
 
@@ -132,8 +133,10 @@ class Scheduler:
         key: Hashable | None = None,
         delay_s: float = 0.0,
         give_up_s: float | None = None,
+        timing: bool = False,
     ) -> Job:
-        """Queue `work` (see the module doc); `give_up_s`: abandon it that long after it starts."""
+        """Queue `work` (see the module doc); `give_up_s`: abandon it that long after it starts;
+        `timing`: it times the model, so it counts as urgent whatever its kind."""
         with self._cond:
             joined = self._join(buffer_id, kind, key)
             if joined is not None:
@@ -152,6 +155,7 @@ class Scheduler:
                 key=key,
                 not_before=time.monotonic() + max(0.0, delay_s),
                 give_up_s=give_up_s,
+                timing=timing,
             )
             if self._wedged_locked():
                 job.future.set_exception(
@@ -224,9 +228,10 @@ class Scheduler:
             return any(job.live and job.not_before <= now for job in self._jobs)
 
     def urgent(self) -> bool:
-        """Whether a load, a request or a request's decode (a precompute) is running or
-        queued: what background work of the server's own (a workspace scan) gives way to.
-        Pre-warms and the calibration are guesses and timings: they do not count."""
+        """Whether a load, a request, a request's decode (a precompute) or a timing of the model
+        is running or queued: what background work of the server's own (a workspace scan)
+        gives way to (beside a timing it would skew the timings the machine keeps). Pre-warms
+        are guesses: they do not count."""
         with self._cond:
             return self._urgent_locked()
 
@@ -240,7 +245,7 @@ class Scheduler:
 
     def _urgent_locked(self) -> bool:
         return any(
-            job is not None and job.live and job.kind != "prewarm"
+            job is not None and job.live and (job.kind != "prewarm" or job.timing)
             for job in [*self._jobs, self.current]
         )
 
