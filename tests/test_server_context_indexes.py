@@ -20,6 +20,20 @@ def change(start: tuple[int, int], end: tuple[int, int], text: str) -> Change:
     return Change(types.Range(start=types.Position(*start), end=types.Position(*end)), text)
 
 
+def scan_ends():
+    """A progress listener that keeps each scan's "end" message: (messages, an Event set at
+    the first, the listener)."""
+    ends: list[str] = []
+    done = threading.Event()
+
+    def progress(root, phase, percent, message) -> None:
+        if phase == "end":
+            ends.append(message)
+            done.set()
+
+    return ends, done, progress
+
+
 def test_lsp_changes_become_index_edits_in_utf16_and_in_order():
     text = "s = '😀x'\nt = 1\n"
     changes = [
@@ -34,14 +48,7 @@ def test_lsp_changes_become_index_edits_in_utf16_and_in_order():
 
 def test_buffers_follow_edits_and_huge_ones_are_skipped(tmp_path):
     (tmp_path / "a.py").write_text("def old():\n    pass\n")
-    ends: list[str] = []
-    done = threading.Event()
-
-    def progress(root, phase, percent, message) -> None:
-        if phase == "end":
-            ends.append(message)
-            done.set()
-
+    ends, done, progress = scan_ends()
     indexes = WorkspaceIndexes(progress, watch=False)
     try:
         indexes.set_roots([tmp_path, tmp_path / "missing"])
@@ -163,14 +170,7 @@ def test_a_scan_waits_for_the_models_load_and_then_runs(tmp_path):
         (tmp_path / f"m{n}.py").write_text(f"def f{n}():\n    return {n}\n")
     scheduler = Scheduler()
     release = threading.Event()
-    ends: list[str] = []
-    done = threading.Event()
-
-    def progress(root, phase, percent, message) -> None:
-        if phase == "end":
-            ends.append(message)
-            done.set()
-
+    ends, done, progress = scan_ends()
     indexes = WorkspaceIndexes(progress, watch=False, model_calm=scheduler.wait_calm)
     try:
         load = _held_job(scheduler, "control", release)  # a model load under way
