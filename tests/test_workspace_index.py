@@ -117,8 +117,9 @@ def test_cache_round_trip_reuses_entries(project: Path, tmp_path: Path) -> None:
         msgpack.packb({"schema": 999, "root": "/", "files": {}}),
         msgpack.packb({"schema": index_cache.SCHEMA_VERSION, "root": "/elsewhere", "files": {}}),
         msgpack.packb({"schema": index_cache.SCHEMA_VERSION, "root": None, "files": [1, 2]}),
+        msgpack.packb({"schema": 999, "files": {"a.py": 1}, "root": "/"}),
     ],
-    ids=["garbage", "foreign-schema", "other-root", "malformed"],
+    ids=["garbage", "foreign-schema", "other-root", "malformed", "files-first"],
 )
 def test_bad_cache_is_rebuilt_with_a_log_line(
     project: Path, tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
@@ -132,6 +133,19 @@ def test_bad_cache_is_rebuilt_with_a_log_line(
     assert "rebuilding" in caplog.text
     # ... and the rebuilt cache is good again.
     assert WorkspaceIndex(project, cache_dir=cache_dir).scan().parsed == 0
+
+
+def test_a_cache_with_data_after_its_files_is_corrupt(
+    project: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache_dir = tmp_path / "cache"
+    WorkspaceIndex(project, cache_dir=cache_dir).scan()
+    cache_file = cache_dir / "index.msgpack"
+    assert len(index_cache.load(cache_file, project)) == 4  # read entry by entry
+    cache_file.write_bytes(cache_file.read_bytes() + b"\x01")
+    with caplog.at_level(logging.WARNING, logger="memosight_lsp.workspace.cache"):
+        assert index_cache.load(cache_file, project) == {}
+    assert "is corrupt" in caplog.text
 
 
 def test_corrupt_entry_inside_a_valid_cache(project: Path, tmp_path: Path) -> None:

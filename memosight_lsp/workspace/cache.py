@@ -11,6 +11,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import msgpack
 
@@ -34,35 +35,19 @@ def load(
     cache_file: Path, root: Path, give_way: Callable[[], None] | None = None
 ) -> dict[str, FileSymbols]:
     """The cached files, or {} when there is no usable cache (logged, never raised).
-    `give_way()` is called every GIVE_WAY_EVERY files while they are rebuilt (a project's
-    thousands of files take a second or more of Python: the server's model goes first)."""
+    Read entry by entry: one call that decodes a whole project's cache holds the GIL for as
+    long as it runs (the model's requests wait). `give_way()` is called every GIVE_WAY_EVERY
+    files (the server's model goes first: server/scan_priority.py)."""
     try:
-        raw = cache_file.read_bytes()
+        handle = cache_file.open("rb")
     except FileNotFoundError:
         return {}
     except OSError as exc:
         log.warning("index cache %s unreadable (%s); rebuilding", cache_file, exc)
         return {}
     try:
-        data = msgpack.unpackb(raw, raw=False, strict_map_key=False)
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
-            version = data.get("schema") if isinstance(data, dict) else None
-            log.warning(
-                "index cache %s has schema %r, not %d; rebuilding",
-                cache_file,
-                version,
-                SCHEMA_VERSION,
-            )
-            return {}
-        if data.get("root") != str(root.resolve()):
-            log.warning("index cache %s belongs to %r; rebuilding", cache_file, data.get("root"))
-            return {}
-        files: dict[str, FileSymbols] = {}
-        for n, (rel, row) in enumerate(data["files"].items()):
-            if give_way is not None and n % GIVE_WAY_EVERY == 0:
-                give_way()
-            files[rel] = FileSymbols.from_wire(rel, row)
-        return files
+        with handle:
+            return _read_entries(handle, cache_file, root, give_way)
     except Exception as exc:  # any malformed content: the cache is only an accelerator
         log.warning(
             "index cache %s is corrupt (%s: %s); rebuilding", cache_file, type(exc).__name__, exc
@@ -70,20 +55,65 @@ def load(
         return {}
 
 
+def _read_entries(
+    handle: BinaryIO, cache_file: Path, root: Path, give_way: Callable[[], None] | None
+) -> dict[str, FileSymbols]:
+    """The files of a cache laid out as `save` writes it (schema and root before the files)."""
+    size = os.fstat(handle.fileno()).st_size
+    unpacker = msgpack.Unpacker(
+        handle, raw=False, strict_map_key=False, max_buffer_size=max(size, 1)
+    )
+    header: dict[str, object] = {}
+    files: dict[str, FileSymbols] = {}
+    for _ in range(unpacker.read_map_header()):
+        key = unpacker.unpack()
+        if key != "files":
+            header[key] = unpacker.unpack()
+            continue
+        problem = _foreign(header, root)
+        if problem is not None:
+            log.warning("index cache %s %s; rebuilding", cache_file, problem)
+            return {}
+        for n in range(unpacker.read_map_header()):
+            if give_way is not None and n % GIVE_WAY_EVERY == 0:
+                give_way()
+            rel = unpacker.unpack()
+            files[rel] = FileSymbols.from_wire(rel, unpacker.unpack())
+    problem = _foreign(header, root)
+    if problem is not None:
+        log.warning("index cache %s %s; rebuilding", cache_file, problem)
+        return {}
+    try:
+        unpacker.unpack()
+    except msgpack.OutOfData:
+        return files
+    raise ValueError("extra data after the files")
+
+
+def _foreign(header: dict[str, object], root: Path) -> str | None:
+    """Why a cache with this header is not this index's (None: it is)."""
+    if header.get("schema") != SCHEMA_VERSION:
+        return f"has schema {header.get('schema')!r}, not {SCHEMA_VERSION}"
+    if header.get("root") != str(root.resolve()):
+        return f"belongs to {header.get('root')!r}"
+    return None
+
+
 def save(cache_file: Path, root: Path, files: dict[str, FileSymbols]) -> None:
-    """Write atomically (temp file + os.replace): a crash leaves the old cache or the new one."""
-    payload = {
-        "schema": SCHEMA_VERSION,
-        "root": str(root.resolve()),
-        "files": {rel: fs.to_wire() for rel, fs in sorted(files.items())},
-    }
-    data = msgpack.packb(payload, use_bin_type=True)
+    """Write atomically (temp file + os.replace): a crash leaves the old cache or the new one.
+    Packed entry by entry, as `load` reads it: the schema and the root, then the files."""
+    packer = msgpack.Packer(use_bin_type=True)
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".tmp", dir=cache_file.parent)
         try:
             with os.fdopen(fd, "wb") as out:
-                out.write(data)
+                out.write(packer.pack_map_header(3))
+                out.write(packer.pack("schema") + packer.pack(SCHEMA_VERSION))
+                out.write(packer.pack("root") + packer.pack(str(root.resolve())))
+                out.write(packer.pack("files") + packer.pack_map_header(len(files)))
+                for rel, symbols in sorted(files.items()):
+                    out.write(packer.pack(rel) + packer.pack(symbols.to_wire()))
             os.replace(tmp, cache_file)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
