@@ -174,7 +174,7 @@ def test_a_scan_waits_for_the_models_load_and_then_runs(tmp_path):
     indexes = WorkspaceIndexes(progress, watch=False, model_calm=scheduler.wait_calm)
     try:
         load = _held_job(scheduler, "control", release)  # a model load under way
-        assert scheduler.urgent() and not scheduler.wait_calm(0.05)
+        assert not scheduler.wait_calm(0.05)
         indexes.set_roots([tmp_path])
         assert not done.wait(0.5)  # the scan gives the load the cores
         index = indexes.index_for(str(tmp_path / "m0.py"))
@@ -201,12 +201,12 @@ def test_pre_warms_do_not_hold_a_scan_back_and_stop_ends_a_wait(tmp_path):
     )
     try:
         _held_job(scheduler, "prewarm", release)  # a guess, not what the user waits for
-        assert not scheduler.urgent()
+        assert scheduler.wait_calm(0)
         # A timing of the model at the same low priority is urgent: a scan would skew it.
         timing = scheduler.submit("__timing__", lambda cancelled: None, kind="prewarm", timing=True)
-        assert scheduler.urgent()
+        assert not scheduler.wait_calm(0)
         timing.cancel()
-        assert not scheduler.urgent()
+        assert scheduler.wait_calm(0)
         indexes.set_roots([tmp_path])
         assert done.wait(10)
         release.set()

@@ -62,7 +62,8 @@ from typing import Any
 from memosight_lsp.commands.common import add_model_options, model_settings_from_args
 from memosight_lsp.config import CompletionSettings, settings_to_wire
 from memosight_lsp.host_process.rendezvous import KEEP_ALIVE_ENV, RUNTIME_DIR_ENV
-from memosight_lsp.pipeline.positions import index_to_utf16, utf16_to_index
+from memosight_lsp.pipeline.positions import index_to_utf16, split_at, utf16_to_index
+from memosight_lsp.server.protocol import parent_alive
 
 from .lsp_client import (
     SERVER_COMMAND,
@@ -72,6 +73,7 @@ from .lsp_client import (
     inline_params,
     with_settings,
 )
+from .replay import latency_summary
 
 EMPTY_PAUSE_S = 0.05  # after an empty answer, before asking again: an editor's next keystroke
 READY_GRACE_S = 5.0  # the ready status may trail the first answer on the wire by a little
@@ -104,11 +106,10 @@ def default_cursor() -> Cursor:
     lines = path.read_text(encoding="utf-8").split("\n")
     middle = len(lines) // 2
     line = next(n for n in range(middle, len(lines)) if "self." in lines[n])
-    original = "\n".join(lines)
     kept = lines[line][: lines[line].index("self.") + len("self.")]
-    cut = len("\n".join(lines[:line])) + (1 if line else 0) + len(kept)
+    _, after = split_at("\n".join(lines), line, len(kept))
     lines[line] = kept
-    typed = original[cut : cut + TYPED_CHARS]  # the line's rest, then the lines below again
+    typed = after[:TYPED_CHARS]  # the line's rest, then the lines below again
     return Cursor(path, "\n".join(lines), line, index_to_utf16(kept, len(kept)), typed)
 
 
@@ -118,9 +119,9 @@ def cursor_from_args(args: argparse.Namespace) -> Cursor:
     path = Path(args.file).resolve()
     text = path.read_text(encoding="utf-8")
     lines = text.split("\n")
-    offset = len("\n".join(lines[: args.line])) + (1 if args.line else 0)
-    offset += utf16_to_index(lines[args.line] if args.line < len(lines) else "", args.character)
-    return Cursor(path, text, args.line, args.character, text[offset : offset + TYPED_CHARS])
+    column = utf16_to_index(lines[min(args.line, len(lines) - 1)], args.character)
+    _, after = split_at(text, args.line, column)
+    return Cursor(path, text, args.line, args.character, after[:TYPED_CHARS])
 
 
 def server_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -219,11 +220,10 @@ async def keep_typing(server: StdioServer, cursor: Cursor, seconds: float) -> di
                 "contentChanges": [{"range": {"start": at, "end": at}, "text": char}],
             },
         )
-        line, character = (
-            (line + 1, 0)
-            if char == "\n"
-            else (line, character + len(char.encode("utf-16-le")) // 2)
-        )
+        if char == "\n":
+            line, character = line + 1, 0
+        else:
+            character += index_to_utf16(char, 1)
         started = time.monotonic()
         try:
             result = await server.call(
@@ -235,18 +235,7 @@ async def keep_typing(server: StdioServer, cursor: Cursor, seconds: float) -> di
         latencies.append(latency * 1000)
         empty += not first_text(result)
         await asyncio.sleep(max(0.0, KEYSTROKE_S - latency))
-    ordered = sorted(latencies)
-
-    def quantile(q: float) -> float | None:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1) if ordered else None
-
-    return {
-        "keystrokes": len(latencies),
-        "empty": empty,
-        "p50Ms": quantile(0.5),
-        "p90Ms": quantile(0.9),
-        "maxMs": round(ordered[-1], 1) if ordered else None,
-    }
+    return {"keystrokes": len(latencies), "empty": empty, **latency_summary(latencies)}
 
 
 def server_environment(bytecode: str) -> dict[str, str]:
@@ -281,9 +270,7 @@ def stop_host(pid: int | None) -> None:
 
 def _running(pid: int) -> bool:
     """Whether the process runs (a zombie nobody reaped yet has ended)."""
-    try:
-        os.kill(pid, 0)
-    except OSError:  # gone, or not ours to signal: some other process has the number now
+    if not parent_alive(pid):
         return False
     with contextlib.suppress(OSError, IndexError):
         stat = Path(f"/proc/{pid}/stat").read_text()

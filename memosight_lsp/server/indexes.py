@@ -59,13 +59,12 @@ class WorkspaceIndexes:
         self._on_progress = on_progress
         self._watch = watch
         self._model_calm = model_calm
-        self._stopping = threading.Event()  # ends a scan's wait for the model at once
         self._indexes: dict[Path, WorkspaceIndex] = {}
         self._watchers: dict[Path, Watcher] = {}
         self._lock = threading.Lock()
         self._updates = ThreadPoolExecutor(1, thread_name_prefix="memosight-index")
         self._recent: deque[tuple[str, int]] = deque(maxlen=RECENT_EDITS)
-        self._stopped = False
+        self._stopped = threading.Event()  # set by stop(); it also ends a scan's wait at once
 
     # -- folders ------------------------------------------------------------------------------
     def set_roots(self, roots: Sequence[str | Path]) -> None:
@@ -126,15 +125,15 @@ class WorkspaceIndexes:
     def _scan(self, root: Path) -> None:
         with self._lock:
             index = self._indexes.get(root)
-        if index is None or self._stopped:
+        if index is None or self._stopped.is_set():
             return
         name = root.name or str(root)
         self._on_progress(root, "begin", 0, f"indexing {name}")
-        model_first = ModelFirst(self._model_calm, self._stopping)
+        model_first = ModelFirst(self._model_calm, self._stopped)
         waited = model_first.before_scan()
         if waited >= 0.1:
             log.info("%s: the scan waited %.1f s for the model's work", root, waited)
-        if self._stopped:
+        if self._stopped.is_set():
             self._on_progress(root, "end", None, f"indexing {name} stopped")
             return
         last = [-PROGRESS_STEP]
@@ -178,7 +177,7 @@ class WorkspaceIndexes:
 
     def _serves(self, root: Path, index: WorkspaceIndex) -> bool:
         """Whether `index` is still the one for `root` (call with the lock held)."""
-        return self._indexes.get(root) is index and not self._stopped
+        return self._indexes.get(root) is index and not self._stopped.is_set()
 
     # -- buffers ------------------------------------------------------------------------------
     def opened(self, path: str | None, text: str, language_id: str | None) -> None:
@@ -219,8 +218,7 @@ class WorkspaceIndexes:
         return tuple(self._recent)
 
     def stop(self) -> None:
-        self._stopped = True
-        self._stopping.set()
+        self._stopped.set()
         with self._lock:
             indexes, self._indexes = list(self._indexes.items()), {}
             watchers, self._watchers = self._watchers, {}

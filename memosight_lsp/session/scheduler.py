@@ -227,17 +227,13 @@ class Scheduler:
             now = time.monotonic()
             return any(job.live and job.not_before <= now for job in self._jobs)
 
-    def urgent(self) -> bool:
-        """Whether a load, a request, a request's decode (a precompute) or a timing of the model
-        is running or queued: what background work of the server's own (a workspace scan)
-        gives way to (beside a timing it would skew the timings the machine keeps). Pre-warms
-        are guesses: they do not count."""
-        with self._cond:
-            return self._urgent_locked()
-
     def wait_calm(self, timeout: float) -> bool:
         """Block until nothing is urgent (or the scheduler stops), at most `timeout` seconds,
-        without waking in between: whether it is calm now."""
+        without waking in between: whether it is calm now (0: just look). Urgent: a load, a
+        request, a request's decode (a precompute) or a timing of the model, running or queued:
+        what background work of the server's own (a workspace scan) gives way to (beside a
+        timing it would skew the timings the machine keeps). Pre-warms are guesses: they do not
+        count."""
         with self._cond:
             return self._cond.wait_for(
                 lambda: self._stopping or not self._urgent_locked(), max(0.0, timeout)

@@ -70,18 +70,14 @@ def _read_entries(
         if key != "files":
             header[key] = unpacker.unpack()
             continue
-        problem = _foreign(header, root)
-        if problem is not None:
-            log.warning("index cache %s %s; rebuilding", cache_file, problem)
-            return {}
+        if _foreign(header, cache_file, root):
+            return {}  # before its files are decoded
         for n in range(unpacker.read_map_header()):
             if give_way is not None and n % GIVE_WAY_EVERY == 0:
                 give_way()
             rel = unpacker.unpack()
             files[rel] = FileSymbols.from_wire(rel, unpacker.unpack())
-    problem = _foreign(header, root)
-    if problem is not None:
-        log.warning("index cache %s %s; rebuilding", cache_file, problem)
+    if _foreign(header, cache_file, root):  # one without files, or with them first
         return {}
     try:
         unpacker.unpack()
@@ -90,13 +86,16 @@ def _read_entries(
     raise ValueError("extra data after the files")
 
 
-def _foreign(header: dict[str, object], root: Path) -> str | None:
-    """Why a cache with this header is not this index's (None: it is)."""
+def _foreign(header: dict[str, object], cache_file: Path, root: Path) -> bool:
+    """Whether a cache with this header is not this index's (logged, saying why)."""
     if header.get("schema") != SCHEMA_VERSION:
-        return f"has schema {header.get('schema')!r}, not {SCHEMA_VERSION}"
-    if header.get("root") != str(root.resolve()):
-        return f"belongs to {header.get('root')!r}"
-    return None
+        problem = f"has schema {header.get('schema')!r}, not {SCHEMA_VERSION}"
+    elif header.get("root") != str(root.resolve()):
+        problem = f"belongs to {header.get('root')!r}"
+    else:
+        return False
+    log.warning("index cache %s %s; rebuilding", cache_file, problem)
+    return True
 
 
 def save(cache_file: Path, root: Path, files: dict[str, FileSymbols]) -> None:
