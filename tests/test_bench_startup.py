@@ -35,7 +35,7 @@ def test_one_run_times_initialize_ready_and_the_first_suggestion(
     (project / "shapes.py").write_text("def area(w, h):\n    return w * h\n")
     (project / "main.py").write_text("from shapes import area\n\nprint(area(2, 3))\n")
     argv = ["--model", str(tiny_model_dir), "--runs", "1", "--first-response-ms", "0"]
-    argv += ["--workspace", str(project), "--typing", "1"]
+    argv += ["--workspace", str(project), "--typing", "1", "--debug"]
     argv += ["--settings", json.dumps({"completion": {"maxNewTokens": 8}}), "--json"]
     assert bench_command.run(argparse.Namespace(name="startup", rest=argv)) == 0
     # its servers build the kernels as a user's do (in the background), not first and waiting
@@ -52,6 +52,10 @@ def test_one_run_times_initialize_ready_and_the_first_suggestion(
     typing = run["typing"]  # a second of typing on after the first suggestion
     assert 1 <= typing["keystrokes"] <= 5 and 0 <= typing["empty"] <= typing["keystrokes"]
     assert 0 < typing["p50Ms"] <= typing["p90Ms"] <= typing["maxMs"]
+    slowest = typing["slowest"]  # the slowest first, each with its start after the spawn
+    assert slowest[0]["ms"] == typing["maxMs"] and len(slowest) <= 3
+    assert all(run["firstSuggestionS"] <= s["s"] < run["firstSuggestionS"] + 3 for s in slowest)
+    assert any(entry["line"].startswith("DEBUG") for entry in run["log"])  # --debug
     assert startup.table(result).splitlines()[-1].startswith("| median |")
 
 

@@ -87,6 +87,7 @@ HOST_MODES = ("cold", "kept", "off")
 MILESTONES = ("initializeS", "readyS", "firstSuggestionS")
 TYPED_CHARS = 2000  # the most a run's `--typing` types
 KEYSTROKE_S = 0.25  # `--typing`: a keystroke every this many seconds (or when answered, if later)
+SLOWEST = 3  # `--typing`: the slowest requests reported with their time
 
 
 @dataclass(frozen=True)
@@ -198,14 +199,18 @@ async def ask_until_text(
     return None, requests
 
 
-async def keep_typing(server: StdioServer, cursor: Cursor, seconds: float) -> dict[str, Any]:
+async def keep_typing(
+    server: StdioServer, cursor: Cursor, seconds: float, spawned: float
+) -> dict[str, Any]:
     """After the first suggestion, type `cursor.typed` a character at a time for `seconds`
     (a keystroke every KEYSTROKE_S, or when the last was answered), asking for an inline
     completion after each, as a person typing on while the workspace is scanned: the requests'
-    latency (ms) and how many came back empty."""
+    latency (ms), how many came back empty, and the SLOWEST slowest requests with their start in
+    seconds from the spawn (`spawned`, monotonic), to be read beside the server's log."""
     uri = cursor.path.as_uri()
     line, character, version = cursor.line, cursor.character, 1
     latencies: list[float] = []
+    starts: list[float] = []
     empty = 0
     ends = time.monotonic() + seconds
     for char in cursor.typed:
@@ -233,9 +238,16 @@ async def keep_typing(server: StdioServer, cursor: Cursor, seconds: float) -> di
             result = None
         latency = time.monotonic() - started
         latencies.append(latency * 1000)
+        starts.append(started - spawned)
         empty += not first_text(result)
         await asyncio.sleep(max(0.0, KEYSTROKE_S - latency))
-    return {"keystrokes": len(latencies), "empty": empty, **latency_summary(latencies)}
+    slowest = sorted(range(len(latencies)), key=lambda i: -latencies[i])[:SLOWEST]
+    return {
+        "keystrokes": len(latencies),
+        "empty": empty,
+        **latency_summary(latencies),
+        "slowest": [{"s": round(starts[i], 3), "ms": round(latencies[i], 1)} for i in slowest],
+    }
 
 
 def server_environment(bytecode: str) -> dict[str, str]:
@@ -285,12 +297,15 @@ async def one_run(
     env: dict[str, str],
     folders: tuple[Path, ...] = (),
     typing_s: float = 0.0,
+    debug: bool = False,
 ) -> dict[str, Any]:
-    """One fresh server, from the spawn to the first suggestion with text."""
+    """One fresh server, from the spawn to the first suggestion with text (`debug`: its log
+    at the debug level)."""
     states: dict[str, float] = {}  # state -> seconds from the spawn it was first reported
     spawned_wall = time.time()
     spawned = time.monotonic()
-    server = StdioServer(SERVER_COMMAND, stderr="collect", env=env)
+    command = [*SERVER_COMMAND, "-vv"] if debug else SERVER_COMMAND
+    server = StdioServer(command, stderr="collect", env=env)
 
     def on_status(params: Any) -> None:  # on the client's reader thread
         state = params.get("state") if isinstance(params, dict) else None
@@ -312,7 +327,7 @@ async def one_run(
         if text is not None:
             run["firstSuggestionS"] = time.monotonic() - spawned
             if typing_s > 0:
-                run["typing"] = await keep_typing(server, cursor, typing_s)
+                run["typing"] = await keep_typing(server, cursor, typing_s, spawned)
         ready_by = time.monotonic() + READY_GRACE_S
         while text is not None and "ready" not in states and time.monotonic() < ready_by:
             await asyncio.sleep(0.02)
@@ -365,7 +380,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         for n in range(1, args.runs + 1):
             if args.host == "cold":
                 own_folder()
-            run = await one_run(options, cursor, args.timeout, env, workspace, args.typing)
+            run = await one_run(
+                options, cursor, args.timeout, env, workspace, args.typing, args.debug
+            )
             runs.append(run)
             if args.host == "cold":
                 stop_host(run["hostPid"])
@@ -464,6 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="after the first suggestion, type on at the cursor for this many seconds (what "
         "follows it in the file), a completion asked after each keystroke; reports their latency",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="the servers log at the debug level (-vv)"
     )
     parser.add_argument("--json", action="store_true", help="JSON with every run and its log")
     return parser
