@@ -132,3 +132,17 @@ def test_context_without_index_keeps_nearest_lines_within_budget():
     assert count(packed.prefix) + count(packed.suffix) <= 40
     prompt = build_prompt(packed, None, heal=False)
     assert prompt.text == packed.prefix and prompt.context is packed
+
+
+def test_a_line_that_repeats_the_code_below_is_dropped():
+    """On a blank line, the model writing the next line's code again (it skipped the line the
+    person is about to write) is no suggestion; elsewhere, and for closers, nothing changes."""
+    s = situation("def f(items):\n    total = 0\n    ", "\n    return total\n")
+    assert finish("return total\n", s, multiline=False) == ""
+    assert finish("\n    return total", s, multiline=False) == ""  # after a blank line first
+    assert finish("for item in items:\n        total += item", s, multiline=True) != ""
+    assert finish("return total + 1", s, multiline=False) == "return total + 1"
+    closers = situation("if (a) {\n  if (b) {\n    run();\n  ", "\n}\n")
+    assert finish("}", closers, multiline=False) == "}"  # a block's end after another's
+    mid_line = situation("    x = ", "\n    return total\n")  # not a blank line
+    assert finish("total", mid_line, multiline=False) == "total"

@@ -21,7 +21,13 @@ from memosight_lsp.inference import compression_policy, fast_tokenizer, machine
 from memosight_lsp.inference.chunk_scoring import model_text_scorer
 from memosight_lsp.inference.compressed_decode import CompressedDraftDecoder, SnapKVDecoder
 from memosight_lsp.inference.core_share import CoreShare
-from memosight_lsp.inference.decoder import BranchRules, Decoder, Generation, StopRules
+from memosight_lsp.inference.decoder import (
+    AllowedTokens,
+    BranchRules,
+    Decoder,
+    Generation,
+    StopRules,
+)
 from memosight_lsp.inference.fused_trunk import FusedTrunk, prepare_trunk
 from memosight_lsp.inference.greedy import GreedyDecoder
 from memosight_lsp.inference.loading import LoadedModel, position_limit
@@ -343,6 +349,20 @@ class LocalBackend:
         self._observe_prefill(generation)
         raw = generated_text(generation.tokens)
         text = postprocess.finish(raw, situation, multiline)
+        skipped = self._skipped_line(generation, raw, text, situation, constraint, generated_text)
+        if skipped is not None:
+            # The model wrote the line below instead of this one: its best other beginning of
+            # the line, decoded once more (the prompt is in the buffer's cache by now).
+            generation = decode(
+                self.loaded.model,
+                prompt_ids,
+                rules,
+                allowed_tokens=skipped,
+                buffer_id=request.buffer_id,
+            )
+            raw = generated_text(generation.tokens)
+            text = postprocess.finish(raw, situation, multiline)
+            generation.stats["otherLineStart"] = True
         if generation.stop_reason == "cancelled":
             text = ""
         elif generation.stop_reason == "time":  # cut short: up to its last whole line or word
@@ -369,6 +389,39 @@ class LocalBackend:
             stats=self._stats(request, generation, plan, prompt),
             alternatives=alternatives.distinct(text, others, request.alternatives),
         )
+
+    def _skipped_line(
+        self,
+        generation: Generation,
+        raw: str,
+        text: str,
+        situation: CursorSituation,
+        constraint: AllowedTokens | None,
+        generated_text: Callable[[Sequence[int]], str],
+    ) -> AllowedTokens | None:
+        """When a finished answer was dropped for repeating the next line
+        (postprocess.repeats_next_line), the constraint that makes a second decode take
+        another token where that line's code began (on top of `constraint`, the first decode's:
+        token healing); else None. Not after a cancelled or timed-out decode."""
+        tokens = list(generation.tokens)
+        if text or generation.stop_reason in ("cancelled", "time") or not tokens:
+            return None
+        if not postprocess.repeats_next_line(
+            postprocess.skip_blank_start(raw, situation), situation
+        ):
+            return None
+        # The first token that brings the line's code (the ones before: line breaks, indent).
+        start = next((k for k in range(len(tokens)) if generated_text(tokens[: k + 1]).strip()), 0)
+        head, banned = tokens[:start], tokens[start]
+        vocabulary = int(self.loaded.model.config.vocab_size)
+
+        def another_start(so_far: Sequence[int]) -> Sequence[int] | None:
+            allowed = constraint(so_far) if constraint is not None else None
+            if len(so_far) != start or list(so_far) != head:
+                return allowed
+            return [t for t in (range(vocabulary) if allowed is None else allowed) if t != banned]
+
+        return another_start
 
     def _partial_reporter(
         self,

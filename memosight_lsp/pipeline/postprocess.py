@@ -1,6 +1,7 @@
 """Trim raw model output into what an editor should show at the cursor, never anything
 embarrassing: a degenerate loop is cut to its first copy (and decoding stops once one shows),
-and a statement keyword where an expression goes (`foo(a, ` -> `def __init__(...`) is dropped.
+a statement keyword where an expression goes (`foo(a, ` -> `def __init__(...`) is dropped, and
+so is a line on a blank line that is the code right below it (`repeats_next_line`).
 A decoding still under way is shown only up to a line or word end (`partial`).
 """
 
@@ -282,7 +283,22 @@ def finish(text: str, situation: CursorSituation, multiline: bool) -> str:
     if not multiline:
         text = cut_unmatched_closer(text, situation.line_prefix)
     text = remove_suffix_overlap(text, situation.line_suffix)
+    if repeats_next_line(text, situation):
+        return ""
     return text if text.strip() else ""
+
+
+def repeats_next_line(text: str, situation: CursorSituation) -> bool:
+    """On a blank line, a completion whose first line is the code of the next non-blank line
+    below: the model skipped the line the person is about to write (it wrote what follows), and
+    the suggestion would only duplicate it. Lines of closers alone (`}`) are left to the block
+    rules: a block's end may well follow another's."""
+    first = text.lstrip("\n").split("\n", 1)[0].strip()
+    return (
+        on_blank_line(situation)
+        and any(ch.isalnum() for ch in first)
+        and first == situation.next_line.strip()
+    )
 
 
 def partial(text: str, situation: CursorSituation, multiline: bool) -> str:
