@@ -337,31 +337,30 @@ class LocalBackend:
             branches = BranchRules(
                 count=request.alternatives - 1, max_tokens=ALTERNATIVE_TOKENS, until=branch_until
             )
-        # Per-buffer decoders keep the KV cache and last suggestion of each buffer.
-        generation = decode(
-            self.loaded.model,
-            prompt_ids,
-            rules,
-            allowed_tokens=constraint,
-            buffer_id=request.buffer_id,
-            branches=branches,
-        )
-        self._observe_prefill(generation)
-        raw = generated_text(generation.tokens)
-        text = postprocess.finish(raw, situation, multiline)
-        skipped = self._skipped_line(generation, raw, text, situation, constraint, generated_text)
-        if skipped is not None:
-            # The model wrote the line below instead of this one: its best other beginning of
-            # the line, decoded once more (the prompt is in the buffer's cache by now).
+
+        def decoded(
+            allowed: AllowedTokens | None, branch_rules: BranchRules | None
+        ) -> tuple[Generation, str, str]:
+            """The generation, its raw text and the text to show."""
+            # Per-buffer decoders keep the KV cache and last suggestion of each buffer.
             generation = decode(
                 self.loaded.model,
                 prompt_ids,
                 rules,
-                allowed_tokens=skipped,
+                allowed_tokens=allowed,
                 buffer_id=request.buffer_id,
+                branches=branch_rules,
             )
             raw = generated_text(generation.tokens)
-            text = postprocess.finish(raw, situation, multiline)
+            return generation, raw, postprocess.finish(raw, situation, multiline)
+
+        generation, raw, text = decoded(constraint, branches)
+        self._observe_prefill(generation)
+        skipped = self._skipped_line(generation, raw, text, situation, constraint, generated_text)
+        if skipped is not None:
+            # The model wrote the line below instead of this one: its best other beginning of
+            # the line, decoded once more (the prompt is in the buffer's cache by now).
+            generation, raw, text = decoded(skipped, None)
             generation.stats["otherLineStart"] = True
         if generation.stop_reason == "cancelled":
             text = ""
