@@ -15,7 +15,9 @@ after `self.` (a held-out file every machine has); `--file --line --character` n
 model's load, from the index cache when the project was opened before); by default none.
 `--typing S` goes on after the first suggestion as a person types on: for S seconds a keystroke
 every quarter second (what follows the cursor in the file) with a completion asked after each;
-the run reports their latency (while a workspace is scanned beside them, say).
+the run reports their latency (while a workspace is scanned beside them, say) and the slowest
+ones with their start after the spawn; `--debug` keeps the servers' debug log (`-vv`) to read
+them against.
 What is cached (the converted GGUF, the precision measured, the native kernels, the model's
 timings) is whatever the machine has: run it twice to see the cached case. Kernels not built
 yet are built as a user's server builds them, in the background while the model runs on
