@@ -37,7 +37,7 @@ PYTHONDONTWRITEBYTECODE, which some sandboxes set and which makes every start co
 the package's modules again. `--bytecode environment` runs them in the environment as it is.
 
     memosight bench startup [--model M] [--runs 3] [--timeout 120] [--bytecode kept]
-                            [--host cold|kept|off] [--workspace DIR] [--typing S] [--json]
+                            [--host cold|kept|off] [--workspace DIR] [--typing S] [--debug] [--json]
 """
 
 from __future__ import annotations
