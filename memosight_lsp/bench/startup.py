@@ -207,8 +207,9 @@ async def keep_typing(
     """After the first suggestion, type `cursor.typed` a character at a time for `seconds`
     (a keystroke every KEYSTROKE_S, or when the last was answered), asking for an inline
     completion after each, as a person typing on while the workspace is scanned: the requests'
-    latency (ms), how many came back empty, and the SLOWEST slowest requests with their start in
-    seconds from the spawn (`spawned`, monotonic), to be read beside the server's log."""
+    latency (ms), how many came back empty, and the slowest requests (SLOWEST of them) with
+    their start in seconds from the spawn (`spawned`, monotonic), to read beside the server's
+    log."""
     uri = cursor.path.as_uri()
     line, character, version = cursor.line, cursor.character, 1
     latencies: list[float] = []

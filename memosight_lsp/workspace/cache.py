@@ -77,7 +77,7 @@ def _read_entries(
                 give_way()
             rel = unpacker.unpack()
             files[rel] = FileSymbols.from_wire(rel, unpacker.unpack())
-    if _foreign(header, cache_file, root):  # one without files, or with them first
+    if _foreign(header, cache_file, root):  # a cache without files (with them first: above)
         return {}
     try:
         unpacker.unpack()
