@@ -28,7 +28,8 @@ Strategies (`--strategies`, comma-separated; variants join with `+`, e.g. `floor
   simonly   with simN: those windows only, no ranked definitions
   gateN     with shareP: other files' code only where it pays (context.pack.cross_pays): a
             similar window at least N% alike (default 50), or a name another file defines on
-            the cursor's line or the line above; else the current file alone
+            the cursor's line or the line above; else the current file alone (the rule in every
+            language; `default` has each language's own, context.pack.GATE_RULES)
   gatesimN  the same, the similar window alone opening the gate
 
     memosight bench quality --model M --cases 200 --strategies file,default,share10,floor40 \\
@@ -182,9 +183,11 @@ def parse_strategy(name: str) -> Strategy:
         elif match.group(3):
             packing = dataclasses.replace(packing, similar=int(match.group(3)))
         elif part.startswith("gate"):
-            packing = dataclasses.replace(packing, gate=True, gate_names=part[4:7] != "sim")
-            if match.group(4):
-                packing = dataclasses.replace(packing, gate_similarity=int(match.group(4)) / 100)
+            # An explicit rule, the same in every language (the default's differs by language).
+            similarity = int(match.group(4)) / 100 if match.group(4) else 0.5
+            packing = dataclasses.replace(
+                packing, gate=True, gate_names=part[4:7] != "sim", gate_similarity=similarity
+            )
         elif part == "simonly":
             packing = dataclasses.replace(packing, similar_only=True)
         elif part == "suffix4":

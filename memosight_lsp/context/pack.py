@@ -431,16 +431,44 @@ def _model_ordered(
     return reordered or candidates
 
 
+@dataclass(frozen=True)
+class GateRule:
+    """What opens Packing.gate (cross_pays)."""
+
+    names: bool  # a name another file defines, on the cursor's line or the nearest line above
+    similarity: float  # a window of another file at least this alike (similar.py's score)
+
+
+# The gate's rule per language (LanguageSpec.name) where Packing names none, from bench quality
+# on held-out projects (docs/context.md, runs 17-21). In Python a name near the cursor that
+# another file defines is rare and points at code worth reading. In the brace languages it is
+# on nearly every line (types, a Go package's or a Java package's names), and letting those
+# files in cost exact matches against the file alone: there only a near copy of the code
+# above the cursor opens the gate.
+GATE_RULES = {"python": GateRule(names=True, similarity=0.5)}
+OTHER_GATE_RULE = GateRule(names=False, similarity=0.8)
+
+
+def gate_rule(packing: Packing, language: str) -> GateRule:
+    """The language's rule with what the packing sets itself."""
+    rule = GATE_RULES.get(language, OTHER_GATE_RULE)
+    return GateRule(
+        names=rule.names if packing.gate_names is None else packing.gate_names,
+        similarity=rule.similarity if packing.gate_similarity is None else packing.gate_similarity,
+    )
+
+
 def cross_pays(ranker: Ranker, similar: list[Candidate], packing: Packing) -> bool:
     """Packing.gate: whether other files' code is worth its tokens at this cursor. On held-out
     projects it cost the lines that only continue the current file (docs/context.md): it pays
-    where code like this exists elsewhere (a window at least `gate_similarity` alike) or, with
-    `gate_names`, where the code at the cursor names what another file defines (the cursor's
-    line and the nearest non-blank line above it use a name this file neither defines nor
-    binds locally)."""
-    if any(c.score - SIMILAR_RANK >= packing.gate_similarity for c in similar):
+    where code like this exists elsewhere (a window at least the rule's `similarity` alike)
+    or, with the rule's `names`, where the code at the cursor names what another file defines
+    (the cursor's line and the nearest non-blank line above it use a name this file neither
+    defines nor binds locally)."""
+    rule = gate_rule(packing, ranker.spec.name)
+    if any(c.score - SIMILAR_RANK >= rule.similarity for c in similar):
         return True
-    if not packing.gate_names:
+    if not rule.names:
         return False
     lines, line = ranker.lines, ranker.line
     above = next(

@@ -78,12 +78,12 @@ class Packing:
     similar: int = 0
     similar_only: bool = False
     # With cross_share: other files' code only where it is likely to pay (pack.cross_pays):
-    # the best similar window scores at least `gate_similarity`, or the cursor's line or the
-    # line above it uses a name that another file defines and this one does not; else the
-    # current file alone.
+    # the best similar window scores at least `gate_similarity`, or (with `gate_names`) the
+    # cursor's line or the line above it uses a name that another file defines and this one
+    # does not; else the current file alone. None: the language's own rule (pack.GATE_RULES).
     gate: bool = False
-    gate_similarity: float = 0.5
-    gate_names: bool = True  # False: the similar windows alone open the gate
+    gate_similarity: float | None = None
+    gate_names: bool | None = None
 
 
 DEFAULT_PACKING = Packing()
