@@ -85,9 +85,10 @@ class ContextSettings:
     # Windows of other files most like the lines above the cursor, with the lines that followed
     # them, first in that share (context/similar.py); 0: definitions only.
     similar_snippets: int = 4
-    # Other files' code only where it is likely to pay (context/pack.py, cross_pays): the
-    # cursor's nearby code names what another file defines, or a similar window scores high
-    # enough; elsewhere the current file alone (bench quality, docs/context.md).
+    # Other files' code only where it is likely to pay, by each language's rule (context/pack.py,
+    # GATE_RULES): a window of another file nearly like the code above the cursor, in Python
+    # also a name near the cursor that another file defines; elsewhere the current file alone
+    # (bench quality, docs/context.md).
     cross_file_gate: bool = True
 
 

@@ -2,7 +2,7 @@
 its definition when it is in scope through a TypeScript barrel file's re-exports (`export *
 from`), a Rust crate's own name in its tests (`use itertools::x`), or, in Go and Java, the
 package, which is every file of the folder (no import); and Packing.gate packs other files'
-code only where it pays."""
+code only where it pays (tests/test_context_gate.py: each language's rule)."""
 
 from __future__ import annotations
 
@@ -85,8 +85,10 @@ def test_the_gate_packs_other_files_only_where_it_pays(tmp_path: Path) -> None:
     index = project_index("cobra", tmp_path)
     rel = "command_test.go"
     original = index.abspath(rel).read_text(encoding="utf-8")
-    gated = Packing(cross_share=0.35, similar=4, gate=True)
+    # The names rule, named: Go's own rule leaves it out (pack.GATE_RULES).
+    gated = Packing(cross_share=0.35, similar=4, gate=True, gate_names=True, gate_similarity=0.5)
     always = Packing(cross_share=0.35, similar=4)
+    go_default = Packing(cross_share=0.35, similar=4, gate=True)
 
     def cross(line: int, column: int, text: str, packing: Packing) -> int:
         return build_context(
@@ -105,6 +107,8 @@ def test_the_gate_packs_other_files_only_where_it_pays(tmp_path: Path) -> None:
     row = original.split("\n")[311]
     column = row.index("ExactArgs") + len("ExactArgs(")
     assert cross(311, column, original, gated) > 0
+    # Go's own rule: a name of the package is no reason, and nothing elsewhere is this alike.
+    assert cross(311, column, original, go_default) == 0
     # `return c.ctx` in a method of command.go that names nothing of another file (the line
     # above is its own header), with nothing like it elsewhere: the file alone, where the
     # ungated packing spends its share anyway.
