@@ -134,3 +134,13 @@ def test_runs_of_some_languages_each_merge_into_one_pooled_report(tmp_path: Path
     assert [row.split(" | ")[0] for row in rows].count("| go") == 4  # simonly too
     assert any(row.startswith("| all | random | 10 | default | 60.0") for row in rows)
     assert not any(row.startswith("| all | random | 10 | simonly") for row in rows)  # Go only
+
+
+def test_the_held_out_projects_are_others_of_the_same_languages() -> None:
+    # A default chosen on PROJECTS is confirmed on HELD_OUT (`bench quality --held-out`): one
+    # project of every language, none of them a project the defaults saw.
+    held_out = corpora.projects(held_out=True)
+    assert {p.language for p in held_out} >= {p.language for p in corpora.PROJECTS} - {"javascript"}
+    assert not {p.name for p in held_out} & {p.name for p in corpora.PROJECTS}
+    assert corpora.projects(["go"], held_out=True) == [p for p in held_out if p.language == "go"]
+    assert all(len(p.sha256) == 64 for p in held_out)

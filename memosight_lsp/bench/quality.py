@@ -42,6 +42,8 @@ cross-file call lines of each language), the report is per language and over all
 anchor: `llama.cpp` (the file around the cursor, cut to llama.cpp's own window) and
 `llama.cpp+snippets` (with the other files' code of our `default` packing as `input_extra`);
 its answer's first line is scored as ours is, and `vsLlama` is the paired difference from it.
+`--held-out` takes the cases from corpora.HELD_OUT, a project per language no default was
+chosen on.
 
     memosight bench quality --model M --langs typescript,go,rust,java,cpp,python --cases 20 \\
         --llama-server http://127.0.0.1:8012 --threads 2 --out q.json --markdown q.md
@@ -360,14 +362,20 @@ def infill_case(
 
 # -- every language: the pinned projects of bench/corpora.py ------------------------------------
 def corpus_cases(
-    languages: Sequence[str], count: int, seed: int, kinds: Sequence[str], cache_dir: Path
+    languages: Sequence[str],
+    count: int,
+    seed: int,
+    kinds: Sequence[str],
+    cache_dir: Path,
+    held_out: bool = False,
 ) -> dict[str, list[QualityCase]]:
-    """Per language, `count` cases of each kind over its pinned projects (seeded; the projects
-    share the count; the kinds take turns). Python's call lines are found with `ast`
-    (context_recall), the others' with the index's outlines (language_cases)."""
+    """Per language, `count` cases of each kind over its pinned projects (corpora.HELD_OUT's
+    with `held_out`; seeded; the projects share the count; the kinds take turns). Python's call
+    lines are found with `ast` (context_recall), the others' with the index's outlines
+    (language_cases)."""
     out: dict[str, list[QualityCase]] = {}
     for language in languages:
-        roots = [corpora.fetch(p) for p in corpora.projects([language])]
+        roots = [corpora.fetch(p) for p in corpora.projects([language], held_out=held_out)]
         calls: list[QualityCase] = []
         plain: list[QualityCase] = []
         for n, root in enumerate(roots):
@@ -692,6 +700,11 @@ def main(argv: list[str] | None = None) -> int:
         "--langs", help="languages of bench/corpora.py's projects, e.g. typescript,go,rust"
     )
     parser.add_argument(
+        "--held-out",
+        action="store_true",
+        help="with --langs: the projects no default was chosen on (corpora.HELD_OUT)",
+    )
+    parser.add_argument(
         "--llama-server", help="also ask this llama.cpp server's /infill (the anchor)"
     )
     parser.add_argument(
@@ -722,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(kinds) - set(KINDS):
         parser.error(f"unknown kinds: {', '.join(sorted(unknown))}")
     languages = [lang for lang in (args.langs or "").split(",") if lang]
-    known = {p.language for p in corpora.PROJECTS}
+    known = {p.language for p in corpora.projects(held_out=args.held_out)}
     if unknown := set(languages) - known:
         parser.error(f"no pinned projects in: {', '.join(sorted(unknown))}")
     anchor = LlamaServer(args.llama_server, timeout_s=120) if args.llama_server else None
@@ -744,8 +757,10 @@ def main(argv: list[str] | None = None) -> int:
     names = [s.name for s in strategies] + anchors
     with tempfile.TemporaryDirectory() as tmp:
         if languages:
-            groups = corpus_cases(languages, args.cases, args.seed, kinds, Path(tmp))
-            sources = [p.key for p in corpora.projects(languages)]
+            groups = corpus_cases(
+                languages, args.cases, args.seed, kinds, Path(tmp), held_out=args.held_out
+            )
+            sources = [p.key for p in corpora.projects(languages, held_out=args.held_out)]
         else:
             roots = package_roots(args.packages.split(","))
             cross = cross_file_cases(roots, args.cases, args.seed) if "crossFile" in kinds else []
