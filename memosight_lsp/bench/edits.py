@@ -95,6 +95,7 @@ from memosight_lsp.next_edit.predict import (
 from memosight_lsp.next_edit.prompt import FAMILIES
 from memosight_lsp.next_edit.remote import RemoteNextEditor
 from memosight_lsp.pipeline.engine_backend import EngineBackend
+from memosight_lsp.session.stats import percentile
 
 KINDS = ("rename", "string", "callsite", "control")
 # As the server tries them (session/next_edit_flow.py), before the model.
@@ -430,13 +431,6 @@ def applied(text: str, hunk: Hunk) -> str:
     return text[: hunk.start] + hunk.new_text + text[hunk.end :]
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
-
-
 class KindTally:
     """One kind's results, one way of decoding: what the report says of it."""
 
@@ -501,15 +495,15 @@ class KindTally:
             "stringAnswers": self.by_string,
             "callsiteAnswers": self.by_callsite,
             "falseProposalShare": round(self.proposed / cases, 3) if control and cases else None,
-            "latencyMsP50": percentile(self.latencies, 0.5),
-            "latencyMsP90": percentile(self.latencies, 0.9),
+            "latencyMsP50": percentile(self.latencies, 50),
+            "latencyMsP90": percentile(self.latencies, 90),
             # The model's rewrites: prefill (an engine's: to its first token), decode rate, how
             # many maxWaitMs cut short and how many ended early, re-converged after a change.
-            "prefillMsP50": percentile(self.prefills, 0.5),
-            "promptTokensP50": percentile(self.prompts, 0.5),
-            "reusedPromptTokensP50": percentile(self.reused, 0.5),
-            "prewarmedTokensP50": percentile(self.prewarmed, 0.5),
-            "decodeTokensPerSecondP50": percentile(self.decodes, 0.5),
+            "prefillMsP50": percentile(self.prefills, 50),
+            "promptTokensP50": percentile(self.prompts, 50),
+            "reusedPromptTokensP50": percentile(self.reused, 50),
+            "prewarmedTokensP50": percentile(self.prewarmed, 50),
+            "decodeTokensPerSecondP50": percentile(self.decodes, 50),
             "cutByTime": self.cut_by_time,
             "earlyStops": self.early_stops,
             "boundedStops": self.bounded,

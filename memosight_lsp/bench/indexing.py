@@ -21,14 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memosight_lsp.context import build_context
+from memosight_lsp.session.stats import percentile
 from memosight_lsp.workspace import WorkspaceIndex
 
 from .context_recall import load_counter
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[int(q * (len(ordered) - 1))], 3)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -88,11 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "warmSeconds": round(warm_stats.seconds, 2),
         "warmParsed": warm_stats.parsed,
         "cacheMiB": round(cache_bytes / 2**20, 1),
-        "oneFileMs": {"p50": percentile(one_file, 0.5), "p95": percentile(one_file, 0.95)},
+        "oneFileMs": {"p50": percentile(one_file, 50), "p95": percentile(one_file, 95)},
         "contextBuildMs": {
             "counter": counter_name,
             "p50": round(statistics.median(build), 2),
-            "p95": percentile(build, 0.95),
+            "p95": percentile(build, 95),
             "max": round(max(build), 2),
         },
     }

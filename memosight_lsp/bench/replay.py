@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memosight_lsp.commands.common import EMBEDDED
+from memosight_lsp.session.stats import percentile
 from memosight_lsp.workspace import language_for
 
 from .busy import busy
@@ -605,14 +606,6 @@ async def type_function(
         "timeline": typing.timeline,
         "pauses": typing.pauses,
     }
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return round(ordered[index], 1)
 
 
 def latency_summary(latencies: Sequence[float]) -> dict[str, Any]:

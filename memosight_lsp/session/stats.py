@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 WINDOW = 2000  # latencies kept per series
 
 
-def percentile(values: list[float], q: float) -> float | None:
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank q-th percentile (q in percent): the smallest of the values with at
+    least q% of them at or below it (of 10 values, p90 is the 9th); None for no values. The
+    one definition of every report, the server's and the benchmarks'."""
     if not values:
         return None
     ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return round(ordered[index], 3)
+    rank = math.ceil(round(q / 100 * len(ordered), 9))  # rounded: 0.07 * 100 is 7.000...01
+    return round(ordered[min(len(ordered), max(1, rank)) - 1], 3)
 
 
 class ServerStats:
