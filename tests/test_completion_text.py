@@ -60,6 +60,43 @@ def test_unmatched_closer_is_cut():
     assert finish(" + 1) * 2", s, multiline=False) == " + 1"
 
 
+STATIC_ASSERT = """struct sax {
+    static_assert(has_start_array<SAX>::value,
+                  "Missing/invalid function: bool start_object(std::size_t)");
+    static_assert(has_end_array<SAX>::value,
+                  """
+
+
+@pytest.mark.parametrize(
+    ("after", "expected"),
+    [
+        # Nothing after the cursor closes `static_assert(`: the line ends the call.
+        ('\n    int depth = 0;\n};\n', '"Missing/invalid function: bool end_array()");'),
+        # The closer is the editor's already, on the next line or after the cursor.
+        ('\n                  );\n};\n', '"Missing/invalid function: bool end_array()"'),
+        (");", '"Missing/invalid function: bool end_array()"'),
+        # A closer further down that is not its own (a `}`) leaves the `(` to this line.
+        ('\n    void f() { g(1); }\n};', '"Missing/invalid function: bool end_array()");'),
+    ],
+)
+def test_a_line_may_close_the_bracket_the_lines_above_left_open(after, expected):
+    s = situation(STATIC_ASSERT, after)
+    raw = '"Missing/invalid function: bool end_array()");\n    static_assert('
+    assert finish(raw, s, multiline=False) == expected
+
+
+def test_only_one_closer_of_the_lines_above_stays():
+    s = situation("    total = compute(a,\n        b,\n        ", "\nprint(total)\n")
+    assert s.line_may_close == ")"
+    assert finish("c)) + 1", s, multiline=False) == "c)"
+    # Its own brackets first: `f(c)` closes the line's, then the call's `)` may follow.
+    own = situation("    total = compute(a,\n        f(", "\nprint(total)\n")
+    assert finish("c))]", own, multiline=False) == "c))"
+    # Brackets in strings and comments do not count.
+    quoted = situation('    x = 1  # (see below\n    s = "(("\n    ', "\n")
+    assert quoted.line_may_close == ""
+
+
 def test_indentation_is_not_doubled_after_an_indented_cursor():
     s = situation("def f(x):\n    ")
     assert finish("       return x\n", s, multiline=True) == "return x"

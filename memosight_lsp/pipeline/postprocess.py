@@ -152,10 +152,11 @@ def remove_suffix_overlap(text: str, line_suffix: str) -> str:
     return text
 
 
-def cut_unmatched_closer(text: str, line_prefix: str) -> str:
+def cut_unmatched_closer(text: str, line_prefix: str, may_close: str = "") -> str:
     """Stop before a closing bracket that closes nothing opened on the line or in the text.
     Closers that start a line (the prefix is blank) close the enclosing block and stay:
-    `} else {`, `});`."""
+    `} else {`, `});`; so does one `may_close` (CursorSituation.line_may_close: a bracket of
+    the lines above that nothing after the cursor closes) once the line's own are closed."""
     stack = [ch for ch in line_prefix if ch in "([{"]
     depth_in_text: list[str] = []
     start = 0
@@ -169,6 +170,8 @@ def cut_unmatched_closer(text: str, line_prefix: str) -> str:
                 depth_in_text.pop()
             elif stack and stack[-1] == CLOSERS[ch]:
                 stack.pop()
+            elif ch == may_close and not stack:
+                may_close = ""
             else:
                 return text[:index]
     return text
@@ -281,7 +284,7 @@ def finish(text: str, situation: CursorSituation, multiline: bool) -> str:
         text = text.split("\n", 1)[0]
     text = drop_repetition(text).rstrip()
     if not multiline:
-        text = cut_unmatched_closer(text, situation.line_prefix)
+        text = cut_unmatched_closer(text, situation.line_prefix, situation.line_may_close)
     text = remove_suffix_overlap(text, situation.line_suffix)
     if repeats_next_line(text, situation):
         return ""

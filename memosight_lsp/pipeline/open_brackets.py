@@ -1,0 +1,88 @@
+"""The bracket that the cursor's line may close: one the lines above left open and the code
+below does not close.
+
+A one-line completion stops before a closing bracket that closes nothing on its line
+(postprocess.cut_unmatched_closer): a model often writes the `)` that the editor already put
+after the cursor. But the last line of a call spread over lines closes the call's `(`:
+`"Missing function: start_array");` under a `static_assert(`. That closer may stay when the code
+after the cursor does not close the bracket itself (an editor's auto-closed `)` on the next line
+does).
+
+A text scan, not a parse: quoted strings on one line and line comments are skipped, and at
+most SCAN_LINES lines each way are read (a bound on every keystroke's work). Where it cannot
+tell, it says "" and the cut stays as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+CLOSER_OF = {"(": ")", "[": "]", "{": "}"}
+OPENER_OF = {v: k for k, v in CLOSER_OF.items()}
+SCAN_LINES = 40
+LINE_COMMENTS = ("//", "#")
+
+
+def brackets(line: str) -> Iterable[str]:
+    """The line's brackets in order, outside quoted strings and line comments."""
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote and line[i - 1 : i] != "\\":
+                quote = ""
+        elif ch in "\"'`":
+            quote = ch
+        elif line.startswith(LINE_COMMENTS, i):
+            return
+        elif ch in CLOSER_OF or ch in OPENER_OF:
+            yield ch
+
+
+def open_brackets(lines_above: Sequence[str], line_prefix: str) -> tuple[str, int]:
+    """The innermost bracket that the lines above leave open and the cursor's line up to the
+    cursor does not close ("" when none), and how many brackets that prefix opens and leaves
+    open itself. Closers with no opener in the lines read (it is further up) are passed over."""
+    stack: list[tuple[str, bool]] = []  # (opener, opened on the cursor's line)
+    for line, own in [*((row, False) for row in lines_above[-SCAN_LINES:]), (line_prefix, True)]:
+        for ch in brackets(line):
+            if ch in CLOSER_OF:
+                stack.append((ch, own))
+            elif stack and stack[-1][0] == OPENER_OF[ch]:
+                stack.pop()
+    own_open = sum(own for _, own in stack)
+    above = [opener for opener, own in stack if not own]
+    return (above[-1] if above else ""), own_open
+
+
+def first_unmatched_closer(lines_below: Sequence[str], skip: int = 0) -> str | None:
+    """The first closer of the lines with no opener among them, past the first `skip` (they
+    close what the cursor's line opened); "" when the text ends first, None when SCAN_LINES
+    lines hold neither (cannot tell)."""
+    depth = 0
+    for line in lines_below[:SCAN_LINES]:
+        for ch in brackets(line):
+            if ch in CLOSER_OF:
+                depth += 1
+            elif depth:
+                depth -= 1
+            elif skip:
+                skip -= 1
+            else:
+                return ch
+    return "" if len(lines_below) <= SCAN_LINES else None
+
+
+def closer_for_line(
+    lines_above: Sequence[str], line_prefix: str, suffix_lines: Sequence[str]
+) -> str:
+    """The closer the cursor's line may end with, after those of the brackets it opens itself:
+    that of the innermost bracket `lines_above` (the lines before the cursor's) leave open,
+    when `suffix_lines` (the cursor's line after the cursor, then the lines below) do not close
+    it first; "" otherwise."""
+    opener, own_open = open_brackets(lines_above, line_prefix)
+    if not opener:
+        return ""
+    after = first_unmatched_closer(suffix_lines, skip=own_open)
+    if after is None or after == CLOSER_OF[opener]:
+        return ""
+    return CLOSER_OF[opener]
