@@ -71,12 +71,12 @@ STATIC_ASSERT = """struct sax {
     ("after", "expected"),
     [
         # Nothing after the cursor closes `static_assert(`: the line ends the call.
-        ('\n    int depth = 0;\n};\n', '"Missing/invalid function: bool end_array()");'),
+        ("\n    int depth = 0;\n};\n", '"Missing/invalid function: bool end_array()");'),
         # The closer is the editor's already, on the next line or after the cursor.
-        ('\n                  );\n};\n', '"Missing/invalid function: bool end_array()"'),
+        ("\n                  );\n};\n", '"Missing/invalid function: bool end_array()"'),
         (");", '"Missing/invalid function: bool end_array()"'),
         # A closer further down that is not its own (a `}`) leaves the `(` to this line.
-        ('\n    void f() { g(1); }\n};', '"Missing/invalid function: bool end_array()");'),
+        ("\n    void f() { g(1); }\n};", '"Missing/invalid function: bool end_array()");'),
     ],
 )
 def test_a_line_may_close_the_bracket_the_lines_above_left_open(after, expected):

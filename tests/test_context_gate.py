@@ -13,15 +13,8 @@ from memosight_lsp.workspace import WorkspaceIndex
 
 GATED = Packing(cross_share=0.35, similar=4, gate=True)
 
-# Go: shapes.go defines Area and the mean of a grid's cells.
-SHAPES_GO = """package geo
-
-func Area(w, h float64) float64 {
-\treturn w * h
-}
-
-func MeanGrid(grid [][]float64, scale float64) float64 {
-\ttotal := 0.0
+# The body of a function that means a grid's cells, in shapes.go and again in copy.go.
+MEAN_BODY = """\ttotal := 0.0
 \tcount := 0
 \tfor _, row := range grid {
 \t\tfor _, cell := range row {
@@ -33,8 +26,18 @@ func MeanGrid(grid [][]float64, scale float64) float64 {
 \t\treturn 0
 \t}
 \tmean := total / float64(count)
-\treturn mean
-}
+"""
+
+# Go: shapes.go defines Area and MeanGrid.
+SHAPES_GO = f"""package geo
+
+func Area(w, h float64) float64 {{
+\treturn w * h
+}}
+
+func MeanGrid(grid [][]float64, scale float64) float64 {{
+{MEAN_BODY}\treturn mean
+}}
 """
 
 # report.go calls Area (the names rule would open the gate) in code like nothing elsewhere.
@@ -50,23 +53,11 @@ func Describe(label string, width, height float64) string {
 """
 
 # copy.go repeats MeanGrid's body: a near copy of another file's code above the cursor.
-COPY_GO = """package geo
+COPY_GO = f"""package geo
 
-func MeanGridTwice(grid [][]float64, scale float64) float64 {
-\ttotal := 0.0
-\tcount := 0
-\tfor _, row := range grid {
-\t\tfor _, cell := range row {
-\t\t\ttotal += cell * scale
-\t\t\tcount++
-\t\t}
-\t}
-\tif count == 0 {
-\t\treturn 0
-\t}
-\tmean := total / float64(count)
-\treturn mean * 2
-}
+func MeanGridTwice(grid [][]float64, scale float64) float64 {{
+{MEAN_BODY}\treturn mean * 2
+}}
 """
 
 UTIL_PY = """def area(width, height):

@@ -15,16 +15,18 @@ tell, it says "" and the cut stays as it was.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 
 CLOSER_OF = {"(": ")", "[": "]", "{": "}"}
 OPENER_OF = {v: k for k, v in CLOSER_OF.items()}
 SCAN_LINES = 40
 LINE_COMMENTS = ("//", "#")
+COMMENT, OPEN_QUOTE = "#", '"'  # code_marks' marks besides the brackets
 
 
-def brackets(line: str) -> Iterable[str]:
-    """The line's brackets in order, outside quoted strings and line comments."""
+def code_marks(line: str) -> Iterator[str]:
+    """The line's brackets in order, outside quoted strings and line comments; then COMMENT
+    where a line comment starts, or OPEN_QUOTE at the end when a quote is left open."""
     quote = ""
     for i, ch in enumerate(line):
         if quote:
@@ -33,9 +35,17 @@ def brackets(line: str) -> Iterable[str]:
         elif ch in "\"'`":
             quote = ch
         elif line.startswith(LINE_COMMENTS, i):
+            yield COMMENT
             return
         elif ch in CLOSER_OF or ch in OPENER_OF:
             yield ch
+    if quote:
+        yield OPEN_QUOTE
+
+
+def brackets(line: str) -> Iterator[str]:
+    """The line's brackets in order, outside quoted strings and line comments."""
+    return (mark for mark in code_marks(line) if mark not in (COMMENT, OPEN_QUOTE))
 
 
 def open_brackets(lines_above: Sequence[str], line_prefix: str) -> tuple[str, int]:

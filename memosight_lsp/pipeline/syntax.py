@@ -10,6 +10,8 @@ from typing import Literal
 
 from memosight_lsp.workspace.languages import language_for, parser
 
+from .open_brackets import COMMENT, OPEN_QUOTE, code_marks
+
 MAX_PARSE_BYTES = 1_000_000  # beyond this, the text rules decide alone
 
 STRING_OR_COMMENT = {
@@ -103,20 +105,11 @@ def cursor_place(
 def unclosed_on_line(line: str) -> Place:
     """An open quote, a comment, or an open bracket the cursor is not right after, in the
     line's text ("code" when none)."""
-    quote = ""
     depth = 0
-    for i, ch in enumerate(line):
-        if quote:
-            if ch == quote and line[i - 1 : i] != "\\":
-                quote = ""
-        elif ch in "\"'`":
-            quote = ch
-        elif ch == "#" or line.startswith("//", i):
+    for mark in code_marks(line):
+        if mark == COMMENT:
             return "comment"  # the cursor is in a comment
-        elif ch in OPENERS:
-            depth += 1
-        elif ch in ")]}":
-            depth = max(0, depth - 1)
-    if quote:
-        return "string"
+        if mark == OPEN_QUOTE:
+            return "string"
+        depth = depth + 1 if mark in OPENERS else max(0, depth - 1)
     return "brackets" if depth > 0 and line.rstrip()[-1:] not in OPENERS else "code"
