@@ -130,3 +130,46 @@ def test_a_token_lookup_agrees_with_the_vocabulary(cache_home, tiny_model_dir):
     assert len(lookup) == len(vocab) and set(lookup) == set(vocab)
     full = transformers_tokenizer(tiny_model_dir)
     assert fast_tokenizer.token_lookup(full) == full.get_vocab()
+
+
+def next_edit_messages(user: str) -> list[dict[str, str]]:
+    from memosight_lsp.next_edit.prompt import INSTRUCTION, SYSTEM
+
+    return [
+        {"role": "system", "content": f"{SYSTEM} {INSTRUCTION}"},
+        {"role": "user", "content": user},
+    ]
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct.Q4_1"])
+def test_the_next_edit_conversation_renders_without_transformers(cache_home, name):
+    folder = MODELS / name
+    if not (folder / "tokenizer.json").is_file():
+        pytest.skip(f"{folder} is not here: run .ci/engines.sh")
+    full = load_tokenizer(folder)
+    fast = load_tokenizer(folder)
+    assert isinstance(fast, FastTokenizer)
+    for user in [*real_texts(3), "", "```diff\n-a\n+b\n```\n\n<|im_end|> {{ x }}"]:
+        messages = next_edit_messages(user)
+        options = {"tokenize": False, "add_generation_prompt": True}
+        assert fast.apply_chat_template(messages, **options) == full.apply_chat_template(
+            messages, **options
+        )
+    assert fast._full is None  # no transformers tokenizer was built for it
+    # Another shape goes to transformers, and gives what it gives.
+    alone = [{"role": "user", "content": "hi"}]
+    assert fast.apply_chat_template(alone, tokenize=False) == full.apply_chat_template(
+        alone, tokenize=False
+    )
+
+
+def test_a_template_that_changes_the_contents_is_not_kept_in_pieces(tiny_model_dir):
+    full = transformers_tokenizer(tiny_model_dir)
+    full.chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}>"
+    assert fast_tokenizer.chat_pieces(full) == ["<system>", "<user>", ">"]
+    full.chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}{% endfor %}"
+    assert fast_tokenizer.chat_pieces(full) is None  # it strips: "  spaced  " would differ
+    full.chat_template = "{{ raise_exception('no system turn') }}"
+    assert fast_tokenizer.chat_pieces(full) is None
+    full.chat_template = None
+    assert fast_tokenizer.chat_pieces(full) is None

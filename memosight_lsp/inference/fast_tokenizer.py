@@ -10,8 +10,11 @@ other tokens than transformers' rebuild for some texts.
 A kept tokenizer is only used after it tokenized and decoded a fixed sample exactly as the
 transformers tokenizer did (`SAMPLE`, and runs of token ids across the vocabulary); otherwise an
 entry saying why is kept and every load builds the transformers tokenizer as before. Whatever
-`FastTokenizer` does not implement (the chat template, batch calls, saving) is answered by the
-transformers tokenizer, built on first use.
+`FastTokenizer` does not implement (batch calls, saving, most chat templates) is answered by the
+transformers tokenizer, built on first use: about a second that a first request would wait. So
+the one conversation the server renders, a system turn and a user turn with the generation
+prompt (the next-edit prompt), is kept as the texts the template puts around the two contents
+(`chat_pieces`), where the template only places them, checked on TEMPLATE_SAMPLES.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from . import atomic_file
 log = logging.getLogger(__name__)
 
 # Bump when the entry's layout or the check changes: older entries are then built again.
-FORMAT = 1
+FORMAT = 2
 # The files a tokenizer is built from: what the cache key digests.
 SOURCE_FILES = (
     "tokenizer.json",
@@ -58,6 +61,15 @@ SAMPLE = (
     "<fim_prefix>x<fim_suffix>y<fim_middle><|fim▁begin|>z<|fim▁hole|><|fim▁end|><PRE> <SUF> <MID>",
     "",
 )
+# Contents no template could produce itself: where a template puts a system and a user turn.
+PROBE = ("\x00system content\x00", "\x00user content\x00")
+# (system, user) pairs the kept pieces must render exactly as the template does: code, a
+# template's own syntax, special tokens, whitespace at the ends, an empty system turn.
+TEMPLATE_SAMPLES = (
+    ("You are a code editor.", "def f(x):\n    return {x: [1, 2]}\n```\n"),
+    ("  spaced  \n", "{{ not a tag }} {% raw %} <|im_start|>user é 🚀\n\n"),
+    ("", "x"),
+)
 # Token id runs decoded both ways: how many, and how long each.
 DECODE_RUNS = 400
 DECODE_RUN_LENGTH = 6
@@ -79,6 +91,11 @@ class FastTokenizer:
         self.pad_token_id: int | None = meta.get("pad_token_id")
         self.all_special_ids: list[int] = list(meta.get("all_special_ids", []))
         self.chat_template: str | None = meta.get("chat_template")
+        pieces = meta.get("chat_pieces")
+        shaped = isinstance(pieces, list) and len(pieces) == 3
+        self._chat_pieces: list[str] | None = (
+            pieces if shaped and all(isinstance(p, str) for p in pieces) else None
+        )
         self._length = int(meta["length"])
 
     def encode(self, text: str, add_special_tokens: bool = True, **options: Any) -> list[int]:
@@ -101,6 +118,16 @@ class FastTokenizer:
         """One token's id (added tokens too), without building the whole vocabulary."""
         found = self._backend.token_to_id(token)
         return None if found is None else int(found)
+
+    def apply_chat_template(self, conversation: Any, **options: Any) -> Any:
+        """A system and a user turn rendered as text with the generation prompt, from the kept
+        pieces; any other conversation or option from the transformers tokenizer."""
+        pieces = self._chat_pieces
+        wanted = {"tokenize": False, "add_generation_prompt": True}
+        if pieces is not None and options == wanted and system_and_user(conversation):
+            system, user = (message["content"] for message in conversation)
+            return f"{pieces[0]}{system}{pieces[1]}{user}{pieces[2]}"
+        return self.full.apply_chat_template(conversation, **options)
 
     def get_vocab(self) -> dict[str, int]:
         if self._vocab is None:
@@ -149,6 +176,49 @@ class TokenLookup(Mapping[str, int]):
 
     def __len__(self) -> int:
         return len(self._tokenizer.get_vocab())
+
+
+def system_and_user(conversation: Any) -> bool:
+    """A list of a system message and a user message, each with its text content alone."""
+    return (
+        isinstance(conversation, list)
+        and [m.get("role") if isinstance(m, dict) else None for m in conversation]
+        == ["system", "user"]
+        and all(
+            set(m) == {"role", "content"} and isinstance(m["content"], str) for m in conversation
+        )
+    )
+
+
+def chat_pieces(full: Any) -> list[str] | None:
+    """The texts the transformers tokenizer's chat template puts before, between and after a
+    system and a user content (the generation prompt last), when the template places them
+    unchanged: the pieces must render TEMPLATE_SAMPLES exactly as the template does. None
+    otherwise, or without a template."""
+    if not getattr(full, "chat_template", None):
+        return None
+
+    def render(system: str, user: str) -> str:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        text = full.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if not isinstance(text, str):
+            raise TypeError("the template did not render text")
+        return text
+
+    try:
+        probe = render(*PROBE)
+        if probe.count(PROBE[0]) != 1 or probe.count(PROBE[1]) != 1:
+            return None
+        before, rest = probe.split(PROBE[0])
+        if PROBE[1] not in rest:  # the user turn before the system's: not the expected shape
+            return None
+        between, after = rest.split(PROBE[1])
+        for system, user in TEMPLATE_SAMPLES:
+            if render(system, user) != f"{before}{system}{between}{user}{after}":
+                return None
+    except Exception:  # a template that raises for this shape: rendered by transformers
+        return None
+    return [before, between, after]
 
 
 def token_lookup(tokenizer: Any) -> Mapping[str, int]:
@@ -214,6 +284,7 @@ def _keep(entry_file: Path, full: Any) -> None:
         "pad_token_id": full.pad_token_id,
         "all_special_ids": list(full.all_special_ids),
         "chat_template": getattr(full, "chat_template", None),
+        "chat_pieces": chat_pieces(full),
         "length": len(full),
     }
     from tokenizers import Tokenizer

@@ -136,8 +136,21 @@ class ModelTraits:
 
 
 def tokenizer_traits(tokenizer: Any, name: str = "") -> ModelTraits:
-    """The traits of a local model from its tokenizer (Hugging Face's interface)."""
-    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    """The traits of a local model from its tokenizer (Hugging Face's interface). A tokenizer
+    that looks one token up (inference/fast_tokenizer.py's `token_id`) is asked per token:
+    a copy of a 150k-token vocabulary costs every request tens of milliseconds."""
+    token_id = getattr(tokenizer, "token_id", None)
+    if callable(token_id):
+
+        def has_token(token: str) -> bool:
+            return token_id(token) is not None
+
+    else:
+        vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+
+        def has_token(token: str) -> bool:
+            return token in vocab
+
     template = None
     if getattr(tokenizer, "chat_template", None):
 
@@ -150,7 +163,7 @@ def tokenizer_traits(tokenizer: Any, name: str = "") -> ModelTraits:
                 return None
             return text if isinstance(text, str) else None
 
-    return ModelTraits(name=name, has_token=lambda token: token in vocab, template=template)
+    return ModelTraits(name=name, has_token=has_token, template=template)
 
 
 def choose_family(traits: ModelTraits, setting: str = "auto") -> str:
