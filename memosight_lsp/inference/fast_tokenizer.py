@@ -92,10 +92,13 @@ class FastTokenizer:
         self.all_special_ids: list[int] = list(meta.get("all_special_ids", []))
         self.chat_template: str | None = meta.get("chat_template")
         pieces = meta.get("chat_pieces")
-        shaped = isinstance(pieces, list) and len(pieces) == 3
-        self._chat_pieces: list[str] | None = (
-            pieces if shaped and all(isinstance(p, str) for p in pieces) else None
-        )
+        self._chat_pieces: list[str] | None = None
+        if (
+            isinstance(pieces, list)
+            and len(pieces) == 3
+            and all(isinstance(p, str) for p in pieces)
+        ):
+            self._chat_pieces = pieces
         self._length = int(meta["length"])
 
     def encode(self, text: str, add_special_tokens: bool = True, **options: Any) -> list[int]:
