@@ -85,6 +85,33 @@ def test_a_line_may_close_the_bracket_the_lines_above_left_open(after, expected)
     assert finish(raw, s, multiline=False) == expected
 
 
+def test_every_bracket_the_lines_above_left_open_may_close_in_order():
+    # toml11's get.hpp: three calls opened on the line above, the first closed mid-line.
+    before = (
+        "    if (idx >= ar.size()) {\n"
+        "        throw std::out_of_range(detail::format_underline(concat_to_string(\n"
+        "            "
+    )
+    s = situation(before, "\n    }\n    return ar.at(idx);\n")
+    assert s.line_may_close == ")))"
+    raw = '"index ", idx, " is out of range"), {{v.location(), "in this array"}}));'
+    assert finish(raw, s, multiline=False) == raw
+    # With the editor's `));` on the next line, the two outer ones are its, not the line's.
+    closed = situation(before, "\n        ));\n    }\n")
+    assert closed.line_may_close == ")"
+    assert finish(raw, closed, multiline=False) == raw[: raw.index("));")]
+
+
+def test_the_closers_below_are_read_a_bounded_way_down():
+    before = "namespace json {\nstruct sax {\n    static_assert(is_sax<S>::value,\n        "
+    # The struct's `}` within reach, the namespace's 60 lines further: the `(` is the line's.
+    far = situation(before, "\n};\n" + "int y;\n" * 60 + "}\n")
+    assert far.line_may_close == ")"
+    # Nothing within reach that closes anything: no closer is kept.
+    nothing = situation(before, "\n" + "int y;\n" * 60 + "};\n}\n")
+    assert nothing.line_may_close == ""
+
+
 def test_only_one_closer_of_the_lines_above_stays():
     s = situation("    total = compute(a,\n        b,\n        ", "\nprint(total)\n")
     assert s.line_may_close == ")"

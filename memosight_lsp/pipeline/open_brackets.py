@@ -1,12 +1,12 @@
-"""The bracket that the cursor's line may close: one the lines above left open and the code
+"""The brackets that the cursor's line may close: those the lines above left open and the code
 below does not close.
 
 A one-line completion stops before a closing bracket that closes nothing on its line
 (postprocess.cut_unmatched_closer): a model often writes the `)` that the editor already put
 after the cursor. But the last line of a call spread over lines closes the call's `(`:
-`"Missing function: start_array");` under a `static_assert(`. That closer may stay when the code
-after the cursor does not close the bracket itself (an editor's auto-closed `)` on the next line
-does).
+`"Missing function: start_array");` under a `static_assert(`, and `"is out of range"), {{v}}));`
+under a `throw error(format(concat(`. Those closers may stay when the code after the cursor does
+not close the brackets itself (an editor's auto-closed `)` on the next line does).
 
 A text scan, not a parse: quoted strings on one line and line comments are skipped, and at
 most SCAN_LINES lines each way are read (a bound on every keystroke's work). Where it cannot
@@ -48,10 +48,10 @@ def brackets(line: str) -> Iterator[str]:
     return (mark for mark in code_marks(line) if mark not in (COMMENT, OPEN_QUOTE))
 
 
-def open_brackets(lines_above: Sequence[str], line_prefix: str) -> tuple[str, int]:
-    """The innermost bracket that the lines above leave open and the cursor's line up to the
-    cursor does not close ("" when none), and how many brackets that prefix opens and leaves
-    open itself. Closers with no opener in the lines read (it is further up) are passed over."""
+def open_brackets(lines_above: Sequence[str], line_prefix: str) -> tuple[list[str], int]:
+    """The brackets that the lines above leave open and the cursor's line up to the cursor does
+    not close, outermost first, and how many brackets that prefix opens and leaves open itself.
+    Closers with no opener in the lines read (it is further up) are passed over."""
     stack: list[tuple[str, bool]] = []  # (opener, opened on the cursor's line)
     for line, own in [*((row, False) for row in lines_above[-SCAN_LINES:]), (line_prefix, True)]:
         for ch in brackets(line):
@@ -60,14 +60,14 @@ def open_brackets(lines_above: Sequence[str], line_prefix: str) -> tuple[str, in
             elif stack and stack[-1][0] == OPENER_OF[ch]:
                 stack.pop()
     own_open = sum(own for _, own in stack)
-    above = [opener for opener, own in stack if not own]
-    return (above[-1] if above else ""), own_open
+    return [opener for opener, own in stack if not own], own_open
 
 
-def first_unmatched_closer(lines_below: Sequence[str], skip: int = 0) -> str | None:
-    """The first closer of the lines with no opener among them, past the first `skip` (they
-    close what the cursor's line opened); "" when the text ends first, None when SCAN_LINES
-    lines hold neither (cannot tell)."""
+def unmatched_closers(lines_below: Sequence[str], skip: int, count: int) -> tuple[list[str], bool]:
+    """The first `count` closers of the lines with no opener among them, past the first `skip`
+    (they close what the cursor's line opened), and whether that is all there is to know:
+    `count` found, or the text ended. Fewer and False: SCAN_LINES lines were read."""
+    found: list[str] = []
     depth = 0
     for line in lines_below[:SCAN_LINES]:
         for ch in brackets(line):
@@ -78,21 +78,31 @@ def first_unmatched_closer(lines_below: Sequence[str], skip: int = 0) -> str | N
             elif skip:
                 skip -= 1
             else:
-                return ch
-    return "" if len(lines_below) <= SCAN_LINES else None
+                found.append(ch)
+                if len(found) == count:
+                    return found, True
+    return found, len(lines_below) <= SCAN_LINES
 
 
-def closer_for_line(
+def closers_for_line(
     lines_above: Sequence[str], line_prefix: str, suffix_lines: Sequence[str]
 ) -> str:
-    """The closer the cursor's line may end with, after those of the brackets it opens itself:
-    that of the innermost bracket `lines_above` (the lines before the cursor's) leave open,
-    when `suffix_lines` (the cursor's line after the cursor, then the lines below) do not close
-    it first; "" otherwise."""
-    opener, own_open = open_brackets(lines_above, line_prefix)
-    if not opener:
+    """The closers the cursor's line may end with, innermost first, after those of the brackets
+    it opens itself: those of the brackets `lines_above` (the lines before the cursor's) leave
+    open that `suffix_lines` (the cursor's line after the cursor, then the lines below) do not
+    close. The code below closes the outer ones, in order: with `(((` open above and `));` on
+    the next line (an editor's auto-closed pairs), the line closes one. As few as what the code
+    below holds within SCAN_LINES allows."""
+    openers, own_open = open_brackets(lines_above, line_prefix)
+    if not openers:
         return ""
-    after = first_unmatched_closer(suffix_lines, skip=own_open)
-    if after is None or after == CLOSER_OF[opener]:
-        return ""
-    return CLOSER_OF[opener]
+    below, known = unmatched_closers(suffix_lines, own_open, len(openers))
+    for closed_here in range(len(openers) + 1):
+        outer = openers[: len(openers) - closed_here]
+        wanted = [CLOSER_OF[o] for o in reversed(outer)]  # what the code below must close
+        seen = below[: len(wanted)]
+        if seen != wanted[: len(seen)]:
+            continue  # it closes something else first
+        if len(seen) == len(wanted) or not known:  # past SCAN_LINES: taken to close the rest
+            return "".join(CLOSER_OF[o] for o in reversed(openers[len(outer) :]))
+    return ""

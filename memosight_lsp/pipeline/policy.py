@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from .open_brackets import SCAN_LINES, closer_for_line
+from .open_brackets import SCAN_LINES, closers_for_line
 
 BLOCK_OPENERS = (":", "{", "(", "[", "=>", "->")
 INDENT_UNIT = "    "
@@ -37,8 +37,8 @@ class CursorSituation:
     in_brackets: bool = False  # in a bracketed expression (not a string or comment)
     language: str | None = None  # the grammar's name (workspace/languages.py), if any
     next_line: str = ""  # the nearest non-blank line below the cursor's line
-    # The closer of a bracket the lines above left open that the code after the cursor does not
-    # close: the cursor's line may end with it (open_brackets.py; "" when none).
+    # The closers of the brackets the lines above left open that the code after the cursor does
+    # not close, innermost first: the cursor's line may end with them (open_brackets.py).
     line_may_close: str = ""
 
     @property
@@ -113,7 +113,7 @@ def describe_cursor(
         in_brackets=in_brackets,
         language=language,
         next_line=following,
-        line_may_close=closer_for_line(
+        line_may_close=closers_for_line(
             before_lines[-SCAN_LINES - 1 : -1], line_prefix, after_lines
         ),
     )

@@ -155,8 +155,9 @@ def remove_suffix_overlap(text: str, line_suffix: str) -> str:
 def cut_unmatched_closer(text: str, line_prefix: str, may_close: str = "") -> str:
     """Stop before a closing bracket that closes nothing opened on the line or in the text.
     Closers that start a line (the prefix is blank) close the enclosing block and stay:
-    `} else {`, `});`; so does one `may_close` (CursorSituation.line_may_close: a bracket of
-    the lines above that nothing after the cursor closes) once the line's own are closed."""
+    `} else {`, `});`; so do the closers of `may_close` in their order once the line's own are
+    closed (CursorSituation.line_may_close: brackets of the lines above that nothing after the
+    cursor closes)."""
     stack = [ch for ch in line_prefix if ch in "([{"]
     depth_in_text: list[str] = []
     start = 0
@@ -170,8 +171,8 @@ def cut_unmatched_closer(text: str, line_prefix: str, may_close: str = "") -> st
                 depth_in_text.pop()
             elif stack and stack[-1] == CLOSERS[ch]:
                 stack.pop()
-            elif ch == may_close and not stack:
-                may_close = ""
+            elif not stack and may_close[:1] == ch:
+                may_close = may_close[1:]
             else:
                 return text[:index]
     return text
