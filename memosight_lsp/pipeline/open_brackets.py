@@ -8,9 +8,10 @@ after the cursor. But the last line of a call spread over lines closes the call'
 under a `throw error(format(concat(`. Those closers may stay when the code after the cursor does
 not close the brackets itself (an editor's auto-closed `)` on the next line does).
 
-A text scan, not a parse: quoted strings on one line and line comments are skipped, and at
-most SCAN_LINES lines each way are read (a bound on every keystroke's work). Where it cannot
-tell, it says "" and the cut stays as it was.
+A text scan, not a parse: quoted strings on one line and line comments are skipped (a Rust
+lifetime `'a` reads as a quote that the next `'` closes), and at most SCAN_LINES lines each way
+are read, a bound on every keystroke's work: what the code below does past them is taken to
+close the brackets it has not closed yet, so that the line keeps as few closers as it can.
 """
 
 from __future__ import annotations
