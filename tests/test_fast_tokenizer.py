@@ -105,11 +105,19 @@ def test_the_check_finds_a_difference(tiny_model_dir):
     assert fast_tokenizer.first_difference(full, other) is not None
 
 
-@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct.Q4_1"])
-def test_real_tokenizers_give_the_same_tokens(cache_home, name):
+REAL_MODELS = ["qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct.Q4_1"]
+
+
+def real_model(name: str) -> Path:
     folder = MODELS / name
     if not (folder / "tokenizer.json").is_file():
         pytest.skip(f"{folder} is not here: run .ci/engines.sh")
+    return folder
+
+
+@pytest.mark.parametrize("name", REAL_MODELS)
+def test_real_tokenizers_give_the_same_tokens(cache_home, name):
+    folder = real_model(name)
     full = load_tokenizer(folder)
     assert_same(load_tokenizer(folder), full, real_texts(60))
 
@@ -141,11 +149,9 @@ def next_edit_messages(user: str) -> list[dict[str, str]]:
     ]
 
 
-@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct.Q4_1"])
+@pytest.mark.parametrize("name", REAL_MODELS)
 def test_the_next_edit_conversation_renders_without_transformers(cache_home, name):
-    folder = MODELS / name
-    if not (folder / "tokenizer.json").is_file():
-        pytest.skip(f"{folder} is not here: run .ci/engines.sh")
+    folder = real_model(name)
     full = load_tokenizer(folder)
     fast = load_tokenizer(folder)
     assert isinstance(fast, FastTokenizer)
