@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 
+from .open_brackets import OPENER_OF
 from .policy import BRACE_LANGUAGES, CursorSituation, leading_ws
 
 MAX_BLOCK_LINES = 16
 TAB_WIDTH = 4
-CLOSERS = {")": "(", "]": "[", "}": "{"}
+CLOSERS = OPENER_OF  # each closer's opener (open_brackets.py)
 # A loop: a unit of up to MAX_LOOP_UNIT characters, with a letter or digit in it, that ends the
 # text repeated LOOP_COPIES times in a row (LOOP_COPIES_SHORT for units of SHORT_UNIT or fewer:
 # `(0, 0, 0)` is code, `6, 6, 6, 6, 6` is not). Punctuation runs (`# -----`) are never loops.
