@@ -240,7 +240,7 @@ async def keep_typing(
         except (ResponseError, TimeoutError):  # cancelled by the next keystroke, or no answer
             result = None
         latency = time.monotonic() - started
-        latencies.append(latency * 1000)
+        latencies.append(round(latency * 1000, 3))  # as latency_summary rounds them
         starts.append(started - spawned)
         empty += not first_text(result)
         await asyncio.sleep(max(0.0, KEYSTROKE_S - latency))
@@ -249,7 +249,7 @@ async def keep_typing(
         "keystrokes": len(latencies),
         "empty": empty,
         **latency_summary(latencies),
-        "slowest": [{"s": round(starts[i], 3), "ms": round(latencies[i], 1)} for i in slowest],
+        "slowest": [{"s": round(starts[i], 3), "ms": latencies[i]} for i in slowest],
     }
 
 
