@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from memosight_lsp.pipeline.open_brackets import open_brackets
 from memosight_lsp.pipeline.policy import describe_cursor, indent_unit, wants_multiline
 from memosight_lsp.pipeline.postprocess import finish, should_stop
 from memosight_lsp.pipeline.request import CompletionRequest, plan_cursor
@@ -144,6 +145,43 @@ def test_brackets_in_strings_and_comments_do_not_close_the_block() -> None:
         finish("\n    let c = '}';\n    s\n}\n", rust, multiline=True)
         == "\n    let c = '}';\n    s"
     )
+
+
+def test_a_lines_brackets_in_strings_and_comments_close_nothing() -> None:
+    # toml11's parser.hpp: a `}` inside the message, then the two that close the line's `{{`.
+    above = "    throw syntax_error(format_underline(\n        "
+    cpp = describe_cursor(above, "\n", language="cpp")
+    line = '{{source_location(loc), "should be `}`"}}),'
+    assert finish(line, cpp, multiline=False) == line
+    quoted = describe_cursor("    if(", "\n", language="cpp")
+    assert finish("*it == ']') {", quoted, multiline=False) == "*it == ']') {"
+    # A bracket the prefix closed is not open: `f(a) + ` leaves nothing for a `)` to close.
+    closed = describe_cursor("    x = f(a) + ", "\n", language="python")
+    assert finish("g(b)) * 2", closed, multiline=False) == "g(b)"
+    # The cursor in a string: the text goes on in it, its brackets are text.
+    in_string = describe_cursor('    print("(', "\n", language="python")
+    assert finish('see below") + 1', in_string, multiline=False) == 'see below") + 1'
+    comment = describe_cursor("    let n = f(", "\n", language="rust")
+    assert finish("x) /* ) */ + 1; // )", comment, multiline=False) == "x) /* ) */ + 1; // )"
+
+
+@pytest.mark.parametrize(
+    ("language", "line", "closers_left"),
+    [
+        ("typescript", "this.#count(", "("),  # a private name, not a comment
+        ("c", "#define SQUARE(x", "("),  # a directive, not a comment
+        ("python", "f(x  # (", "("),
+        ("rust", "fn f<'a>(s: &'a str", "("),  # lifetimes are not quotes
+        ("rust", "let c = '(';  g(", "("),
+        ("go", "x := `(` + f(", "("),
+        ("java", 's = "\\\\" + f(', "("),  # an escaped backslash ends before the quote
+        (None, "f(x  # (", "("),  # language unknown: `#` and `//` both start comments
+    ],
+)
+def test_brackets_are_read_by_each_languages_rules(
+    language: str | None, line: str, closers_left: str
+) -> None:
+    assert open_brackets([], line, language)[1] == list(closers_left)
 
 
 def request(text: str, line: int, column: int, path: str) -> CompletionRequest:

@@ -8,70 +8,110 @@ after the cursor. But the last line of a call spread over lines closes the call'
 under a `throw error(format(concat(`. Those closers may stay when the code after the cursor does
 not close the brackets itself (an editor's auto-closed `)` on the next line does).
 
-A text scan, not a parse: quoted strings on one line and line comments are skipped (a Rust
-lifetime `'a` reads as a quote that the next `'` closes), and at most SCAN_LINES lines each way
-are read, a bound on every keystroke's work: what the code below does past them is taken to
-close the brackets it has not closed yet, so that the line keeps as few closers as it can.
+A text scan, not a parse: quoted strings on one line and comments are skipped, by the
+language's rules where it is known (`#` starts a comment in Python only: in C it starts a
+directive and in TypeScript a private name; in Rust `'` starts a character literal only when
+one closes right after it, else it is a lifetime), and at most SCAN_LINES lines each way are
+read, a bound on every keystroke's work: what the code below does past them is taken to close
+the brackets it has not closed yet, so that the line keeps as few closers as it can.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 
 CLOSER_OF = {"(": ")", "[": "]", "{": "}"}
 OPENER_OF = {v: k for k, v in CLOSER_OF.items()}
 SCAN_LINES = 40
-LINE_COMMENTS = ("//", "#")
+LINE_COMMENTS = ("//", "#")  # when the language is not known, either starts a comment
+LINE_COMMENTS_OF = {"python": ("#",)}  # every other known language: C's `//`
+QUOTES = "\"'`"
+RUST_CHAR = re.compile(r"'(?:\\.[^']*|[^'\\\n])'")  # 'a', '\n', '\u{1F600}'; not a lifetime
 COMMENT, OPEN_QUOTE = "#", '"'  # code_marks' marks besides the brackets
 
 
-def code_marks(line: str) -> Iterator[str]:
-    """The line's brackets in order, outside quoted strings and line comments; then COMMENT
-    where a line comment starts, or OPEN_QUOTE at the end when a quote is left open."""
+def line_comments(language: str | None) -> tuple[str, ...]:
+    if language is None:
+        return LINE_COMMENTS
+    return LINE_COMMENTS_OF.get(language, ("//",))
+
+
+def marks_at(line: str, language: str | None = None) -> Iterator[tuple[int, str]]:
+    """Where the line's brackets are, in order, outside quoted strings and comments; then
+    COMMENT where a comment that the line does not close starts, or OPEN_QUOTE at the end
+    when a quote is left open."""
+    comments = line_comments(language)
+    block_comments = "#" not in comments  # C's `/* ... */`
     quote = ""
-    for i, ch in enumerate(line):
+    index = 0
+    while index < len(line):
+        ch = line[index]
         if quote:
-            if ch == quote and line[i - 1 : i] != "\\":
+            if ch == "\\":
+                index += 1  # the escaped character is text: `"\\"` ends after the second
+            elif ch == quote:
                 quote = ""
-        elif ch in "\"'`":
+        elif ch == "'" and language == "rust":
+            literal = RUST_CHAR.match(line, index)
+            index = literal.end() if literal else index + 1  # else a lifetime: `'a`
+            continue
+        elif ch in QUOTES:
             quote = ch
-        elif line.startswith(LINE_COMMENTS, i):
-            yield COMMENT
+        elif line.startswith(comments, index):
+            yield index, COMMENT
             return
+        elif block_comments and line.startswith("/*", index):
+            end = line.find("*/", index + 2)
+            if end == -1:
+                yield index, COMMENT
+                return
+            index = end + 2
+            continue
         elif ch in CLOSER_OF or ch in OPENER_OF:
-            yield ch
+            yield index, ch
+        index += 1
     if quote:
-        yield OPEN_QUOTE
+        yield len(line), OPEN_QUOTE
 
 
-def brackets(line: str) -> Iterator[str]:
-    """The line's brackets in order, outside quoted strings and line comments."""
-    return (mark for mark in code_marks(line) if mark not in (COMMENT, OPEN_QUOTE))
+def code_marks(line: str, language: str | None = None) -> Iterator[str]:
+    """The line's brackets in order, outside quoted strings and comments; then COMMENT where a
+    comment starts, or OPEN_QUOTE at the end when a quote is left open."""
+    return (mark for _, mark in marks_at(line, language))
 
 
-def open_brackets(lines_above: Sequence[str], line_prefix: str) -> tuple[list[str], int]:
+def brackets(line: str, language: str | None = None) -> Iterator[str]:
+    """The line's brackets in order, outside quoted strings and comments."""
+    return (mark for mark in code_marks(line, language) if mark not in (COMMENT, OPEN_QUOTE))
+
+
+def open_brackets(
+    lines_above: Sequence[str], line_prefix: str, language: str | None = None
+) -> tuple[list[str], list[str]]:
     """The brackets that the lines above leave open and the cursor's line up to the cursor does
-    not close, outermost first, and how many brackets that prefix opens and leaves open itself.
+    not close, and those that prefix opens and leaves open itself, each outermost first.
     Closers with no opener in the lines read (it is further up) are passed over."""
     stack: list[tuple[str, bool]] = []  # (opener, opened on the cursor's line)
     for line, own in [*((row, False) for row in lines_above[-SCAN_LINES:]), (line_prefix, True)]:
-        for ch in brackets(line):
+        for ch in brackets(line, language):
             if ch in CLOSER_OF:
                 stack.append((ch, own))
             elif stack and stack[-1][0] == OPENER_OF[ch]:
                 stack.pop()
-    own_open = sum(own for _, own in stack)
-    return [opener for opener, own in stack if not own], own_open
+    return [opener for opener, own in stack if not own], [opener for opener, own in stack if own]
 
 
-def unmatched_closers(lines_below: Sequence[str], skip: int, count: int) -> tuple[list[str], bool]:
+def unmatched_closers(
+    lines_below: Sequence[str], skip: int, count: int, language: str | None = None
+) -> tuple[list[str], bool]:
     """The first `count` closers of the lines with no opener among them, past the first `skip`
     (they close what the cursor's line opened), and whether that is all there is to know:
     `count` found, or the text ended. Fewer and False: SCAN_LINES lines were read."""
     found: list[str] = []
     depth = 0
     for line in lines_below[:SCAN_LINES]:
-        for ch in brackets(line):
+        for ch in brackets(line, language):
             if ch in CLOSER_OF:
                 depth += 1
             elif depth:
@@ -86,7 +126,10 @@ def unmatched_closers(lines_below: Sequence[str], skip: int, count: int) -> tupl
 
 
 def closers_for_line(
-    lines_above: Sequence[str], line_prefix: str, suffix_lines: Sequence[str]
+    lines_above: Sequence[str],
+    line_prefix: str,
+    suffix_lines: Sequence[str],
+    language: str | None = None,
 ) -> str:
     """The closers the cursor's line may end with, innermost first, after those of the brackets
     it opens itself: those of the brackets `lines_above` (the lines before the cursor's) leave
@@ -94,10 +137,10 @@ def closers_for_line(
     close. The code below closes the outer ones, in order: with `(((` open above and `));` on
     the next line (an editor's auto-closed pairs), the line closes one. As few as what the code
     below holds within SCAN_LINES allows."""
-    openers, own_open = open_brackets(lines_above, line_prefix)
+    openers, own = open_brackets(lines_above, line_prefix, language)
     if not openers:
         return ""
-    below, known = unmatched_closers(suffix_lines, own_open, len(openers))
+    below, known = unmatched_closers(suffix_lines, len(own), len(openers), language)
     for closed_here in range(len(openers) + 1):
         outer = openers[: len(openers) - closed_here]
         wanted = [CLOSER_OF[o] for o in reversed(outer)]  # what the code below must close

@@ -114,7 +114,7 @@ def describe_cursor(
         language=language,
         next_line=following,
         line_may_close=closers_for_line(
-            before_lines[-SCAN_LINES - 1 : -1], line_prefix, after_lines
+            before_lines[-SCAN_LINES - 1 : -1], line_prefix, after_lines, language
         ),
     )
 

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import re
 
-from .open_brackets import OPENER_OF
+from .open_brackets import (
+    CLOSER_OF,
+    COMMENT,
+    OPEN_QUOTE,
+    OPENER_OF,
+    RUST_CHAR,
+    marks_at,
+    open_brackets,
+)
 from .policy import BRACE_LANGUAGES, CursorSituation, leading_ws
 
 MAX_BLOCK_LINES = 16
@@ -33,7 +41,6 @@ STATEMENT_IN_BRACKETS = {
 WORD_TAIL = re.compile(r"\w+\Z")
 # A line that only closes brackets (`}`, `});`, `},`, `)`): the end of a brace block.
 CLOSER_LINE = re.compile(r"[)\]}]+[;,)]*")
-RUST_CHAR = re.compile(r"'(?:\\.[^']*|[^'\\\n])'")
 WORD = re.compile(r"\w+")
 
 
@@ -153,29 +160,34 @@ def remove_suffix_overlap(text: str, line_suffix: str) -> str:
     return text
 
 
-def cut_unmatched_closer(text: str, line_prefix: str, may_close: str = "") -> str:
+def cut_unmatched_closer(
+    text: str, line_prefix: str, may_close: str = "", language: str | None = None
+) -> str:
     """Stop before a closing bracket that closes nothing opened on the line or in the text.
     Closers that start a line (the prefix is blank) close the enclosing block and stay:
     `} else {`, `});`; so do the closers of `may_close` in their order once the line's own are
     closed (CursorSituation.line_may_close: brackets of the lines above that nothing after the
-    cursor closes)."""
-    stack = [ch for ch in line_prefix if ch in "([{"]
+    cursor closes). Brackets in strings and comments do not count, the prefix's included: the
+    text goes on in the string the cursor is in (open_brackets.marks_at)."""
+    _, stack = open_brackets([], line_prefix, language)
     depth_in_text: list[str] = []
     start = 0
     if not line_prefix.strip():
         start = len(text) - len(text.lstrip(" \t)]}"))
-    for index, ch in enumerate(text[start:], start=start):
-        if ch in "([{":
+    for at, ch in marks_at(line_prefix + text, language):
+        index = at - len(line_prefix)
+        if index < start or ch in (COMMENT, OPEN_QUOTE):
+            continue
+        if ch in CLOSER_OF:
             depth_in_text.append(ch)
-        elif ch in CLOSERS:
-            if depth_in_text and depth_in_text[-1] == CLOSERS[ch]:
-                depth_in_text.pop()
-            elif stack and stack[-1] == CLOSERS[ch]:
-                stack.pop()
-            elif not stack and may_close[:1] == ch:
-                may_close = may_close[1:]
-            else:
-                return text[:index]
+        elif depth_in_text and depth_in_text[-1] == CLOSERS[ch]:
+            depth_in_text.pop()
+        elif stack and stack[-1] == CLOSERS[ch]:
+            stack.pop()
+        elif not stack and may_close[:1] == ch:
+            may_close = may_close[1:]
+        else:
+            return text[:index]
     return text
 
 
@@ -286,7 +298,9 @@ def finish(text: str, situation: CursorSituation, multiline: bool) -> str:
         text = text.split("\n", 1)[0]
     text = drop_repetition(text).rstrip()
     if not multiline:
-        text = cut_unmatched_closer(text, situation.line_prefix, situation.line_may_close)
+        text = cut_unmatched_closer(
+            text, situation.line_prefix, situation.line_may_close, situation.language
+        )
     text = remove_suffix_overlap(text, situation.line_suffix)
     if repeats_next_line(text, situation):
         return ""

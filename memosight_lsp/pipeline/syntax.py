@@ -83,7 +83,7 @@ def cursor_place(
     offset = len(before)
     if tree.root_node.has_error:
         # Unclosed brackets or quotes parse as ERROR: read the cursor's line instead.
-        return unclosed_on_line(prefix.rsplit("\n", 1)[-1])
+        return unclosed_on_line(prefix.rsplit("\n", 1)[-1], spec.name)
     node = tree.root_node.descendant_for_byte_range(offset - 1, offset - 1)
     last_code = prefix.rstrip()[-1:]
     while node is not None:
@@ -102,11 +102,11 @@ def cursor_place(
     return "code"
 
 
-def unclosed_on_line(line: str) -> Place:
+def unclosed_on_line(line: str, language: str | None = None) -> Place:
     """An open quote, a comment, or an open bracket the cursor is not right after, in the
     line's text ("code" when none)."""
     depth = 0
-    for mark in code_marks(line):
+    for mark in code_marks(line, language):
         if mark == COMMENT:
             return "comment"  # the cursor is in a comment
         if mark == OPEN_QUOTE:
