@@ -74,6 +74,21 @@ def test_a_prewarmed_request_rewrites_as_a_cold_one(tiny_model_dirs):
         assert again.describe()["prewarmedTokens"] == 0 and again.tokens == cold.tokens, name
 
 
+def test_the_head_prefilled_ahead_is_what_a_first_request_starts_from(tiny_model_dirs):
+    for name, loaded in chat_models(tiny_model_dirs).items():
+        cold = NextEditor(loaded, FLAT_COST).predict(REQUEST)
+        editor = NextEditor(loaded, FLAT_COST)
+        # The head of the family only: the request's text and edits do not matter.
+        head = editor.prepare_head(NextEditRequest(text="", cursor_line=0, prompt_format="chat"))
+        assert head == cold.stats["reusedPromptTokens"] > 0, name
+        assert editor.prepare_head(REQUEST) == head, name  # kept: prefilled once
+        warm = editor.predict(REQUEST)
+        assert warm.tokens == cold.tokens and warm.hunks == cold.hunks, name
+        assert warm.stats["reusedPromptTokens"] == head, name
+    plain = NextEditor(next(iter(chat_models(tiny_model_dirs).values())), FLAT_COST)
+    assert plain.prepare_head(dataclasses.replace(REQUEST, prompt_format="plain")) == 0
+
+
 def test_a_prewarm_stopped_after_a_chunk_keeps_it_and_the_rewrite_is_the_same(tiny_model_dirs):
     for name, loaded in chat_models(tiny_model_dirs).items():
         cold = NextEditor(loaded, FLAT_COST).predict(REQUEST)

@@ -18,6 +18,7 @@ from lsp_session import (
     tiny_options,
     wait_for_state,
 )
+from tiny_models import save_tiny_model
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -85,3 +86,21 @@ async def test_the_prewarmed_answer_is_the_cold_one_and_reuses_the_pause(tiny_mo
     assert warm_numbers["nextEditPrewarmedTokens"] >= warm["stats"]["prewarmedTokens"]
     assert warm_numbers["nextEditReusedTokens"] == prompt - 1
     assert warm_numbers["nextEditReusedPrewarmedTokens"] == warm["stats"]["prewarmedTokens"]
+
+
+async def test_the_prompts_head_is_prefilled_once_the_model_is_loaded(tmp_path):
+    folder = save_tiny_model(tmp_path / "qwen-tiny")  # `qwen` in its name: the chat prompts
+    client = await start("neovim", tiny_options(folder, maxWaitMs=20_000))
+    try:
+        await wait_for_state(client, "ready")
+
+        async def head_prefilled() -> bool:  # before any document is opened or edited
+            return (await stats(client))["nextEditHeadTokens"] > 0
+
+        await wait_until_async(head_prefilled)
+        head = (await stats(client))["nextEditHeadTokens"]
+        answer = await typed_then_paused(client, lambda numbers: True)
+        assert answer["source"] == "model" and answer["stats"]["reusedTokens"] >= head
+        assert (await stats(client))["nextEditHeadTokens"] == head  # once per loaded model
+    finally:
+        await stop(client)

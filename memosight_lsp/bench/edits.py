@@ -17,7 +17,8 @@ cursor at the end of the edited text; the prediction is next_edit/predict.py's, 
 makes it: the rename follow-up first, then the string and the call-site follow-ups (no model;
 `renameAnswers`, `stringAnswers` and `callsiteAnswers` count the cases each answered), else the
 model (window, prompt, window draft, post-processing), each case in a buffer of its own (its
-first request: the prompts' common head is the cache it starts from). `--model-only` skips the
+first request: the prompts' common head, prefilled after the load as the server does, is the
+cache it starts from). `--model-only` skips the
 follow-ups: the model alone, as before them. `--follow-ups-only` loads no model: the follow-ups
 alone (a case they do not answer proposes nothing), in seconds. Exact match: the proposed edit
 nearest after the cursor makes the same text as the expected one (`_new` inserted after `value`
@@ -530,6 +531,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         loaded = load_model(None if args.model == EMBEDDED else args.model, device="cpu")
         costs = SpeculativeDecoder().measure_costs(loaded.model, 512)
         model_name, editor = loaded.name, NextEditor(loaded, costs)
+        # The prompts' common head, prefilled as the server does once the model is loaded
+        # (session/next_edit_flow.py): no case pays for it.
+        editor.prepare_head(
+            NextEditRequest(text="", cursor_line=0, prompt_format=args.prompt_format)
+        )
     # The early stop each case is predicted with; both: without it, then with it (the order
     # turned every other case, so that a machine getting busier weighs on both alike).
     modes = EARLY_STOP_MODES[args.early_stop]

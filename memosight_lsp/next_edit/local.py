@@ -159,6 +159,39 @@ class NextEditor:
                 del self._prewarmed[next(iter(self._prewarmed))]
         return report
 
+    def prepare_head(
+        self, request: NextEditRequest, *, cancelled: Callable[[], bool] | None = None
+    ) -> int:
+        """Prefill the prompts' common head of `request`'s prompt family now, before any request
+        needs it (the server does this when its worker first idles with the model loaded), so
+        that no request pays for it. The head's tokens in the cache; 0: none (a family with no
+        common head, a model the decoder keeps no caches for, or `cancelled` meanwhile)."""
+        prompt, _ = self.prompt(request)
+        head = self._head_of(prompt, cancelled)
+        return 0 if head is None else len(head[1])
+
+    def _head_of(
+        self, prompt: NextEditPrompt, cancelled: Callable[[], bool] | None = None
+    ) -> tuple[str, list[int], Any] | None:
+        """The prompts' common head (text, ids, cache), prefilled on first use; None when the
+        prompt has none or it cannot be kept."""
+        if prompt.head <= 0:
+            return None
+        text = prompt.text[: prompt.head]
+        model = self.loaded.model
+        if self._head is None or self._head[0] != text:
+            self._head = None
+            ids = self.loaded.tokenizer.encode(text, add_special_tokens=True)
+            if not self.decoder.reuses_cache_of(model) or len(ids) < 2:
+                return None
+            rules = StopRules(max_new_tokens=1, cancelled=cancelled, prefill_chunk=PREWARM_CHUNK)
+            self.decoder.prefill_only(model, ids, rules, buffer_id=HEAD_KEY)
+            cache, reused = self.decoder.prefix_cache.take(HEAD_KEY, model, [*ids, -1])
+            if reused != len(ids):
+                return None
+            self._head = (text, ids, cache)
+        return self._head
+
     def start_from_head(
         self, buffer_id: str | None, prompt: NextEditPrompt, prompt_ids: Sequence[int]
     ) -> None:
@@ -167,23 +200,14 @@ class NextEditor:
         A buffer with a cache reuses its own (its last prompt's common prefix: the head and
         more)."""
         cache_of = self.decoder.prefix_cache
-        if buffer_id is None or buffer_id in cache_of or prompt.head <= 0:
+        if buffer_id is None or buffer_id in cache_of:
             return
-        text = prompt.text[: prompt.head]
-        model = self.loaded.model
-        if self._head is None or self._head[0] != text:
-            self._head = None
-            ids = self.loaded.tokenizer.encode(text, add_special_tokens=True)
-            if not self.decoder.reuses_cache_of(model) or len(ids) < 2:
-                return
-            self.decoder.prefill_only(model, ids, StopRules(max_new_tokens=1), buffer_id=HEAD_KEY)
-            cache, reused = cache_of.take(HEAD_KEY, model, [*ids, -1])
-            if reused != len(ids):
-                return
-            self._head = (text, ids, cache)
-        _, ids, cache = self._head
+        head = self._head_of(prompt)
+        if head is None:
+            return
+        _, ids, cache = head
         if list(prompt_ids[: len(ids)]) == ids:
-            cache_of.put(buffer_id, model, ids, copy.deepcopy(cache))
+            cache_of.put(buffer_id, self.loaded.model, ids, copy.deepcopy(cache))
 
     def rewrite(
         self,

@@ -74,6 +74,8 @@ log = logging.getLogger(__name__)
 NEXT_EDIT_KEY = "#nextEdit"
 NO_EDITS = "no recent edits in this buffer"
 MAX_PREWARM_TRIES = 8  # pre-warm jobs started for one edit (each preempted one starts again)
+HEAD_KEY = "#nextEditHead"  # the scheduler's key of the job that prefills the prompts' head
+MAX_HEAD_TRIES = 3  # head jobs started for one loaded model (each preempted one starts again)
 # The follow-ups tried before the model, in order, with the counter of each.
 FOLLOW_UPS = (
     (rename_follow_up_edit, "nextEditRenames"),  # the last edit was a rename
@@ -125,6 +127,11 @@ class NextEditFlow:
         self._remote: RemoteNextEditor | None = None
         self._lock = threading.Lock()  # _pause: the event loop and the worker
         self._pause: Pause | None = None  # what is pre-warmed when the worker is idle
+        # The prompts' common head: the backend it was last asked of, the jobs started for it,
+        # the last of them, and whether it is done (prefilled, or nothing to prefill).
+        self._head_tries: tuple[Any, int] = (None, 0)
+        self._head_job: Job | None = None
+        self._head_done_for: Any = None
 
     def editor(self, backend: LocalBackend) -> NextEditor:
         """The next editor of the engine's model (made again when the model changes), timed
@@ -173,7 +180,10 @@ class NextEditFlow:
         (the server calls this when the worker runs out of jobs: any thread)."""
         with self._lock:
             pause = self._pause
-            if pause is None or (pause.job is not None and pause.job.live):
+            if pause is None:
+                self._prepare_head_locked()
+                return
+            if pause.job is not None and pause.job.live:
                 return
             if pause.tries >= MAX_PREWARM_TRIES:
                 self._pause = None
@@ -185,6 +195,55 @@ class NextEditFlow:
                 kind="prewarm",
                 give_up_s=pause.settings.completion.max_wait_ms / 1000 + GIVE_UP_GRACE_S,
             )
+
+    def _prepare_head_locked(self) -> None:
+        """With no pause to pre-warm: the prompts' common head (the chat family's instructions)
+        prefilled once per loaded local model, as a pre-warm job (the lowest priority, any
+        request cancels it; at most MAX_HEAD_TRIES starts), so that the first next edit after
+        the load does not pay for it."""
+        backend = self.host.backend
+        if backend is None or isinstance(backend, EngineBackend):
+            return
+        if self._head_done_for is backend or (self._head_job and self._head_job.live):
+            return
+        owner, tries = self._head_tries
+        tries = tries if owner is backend else 0
+        settings = self._settings()
+        if tries >= MAX_HEAD_TRIES or not (
+            settings.enable and settings.next_edit.prewarm and settings.completion.speculative
+        ):
+            return
+        self._head_tries = (backend, tries + 1)
+        self._head_job = self.scheduler.submit(
+            HEAD_KEY,
+            lambda cancelled: self._prepare_head(backend, settings, cancelled),
+            kind="prewarm",
+            give_up_s=settings.completion.max_wait_ms / 1000 + GIVE_UP_GRACE_S,
+        )
+
+    def _prepare_head(
+        self, backend: LocalBackend, settings: Settings, cancelled: Callable[[], bool]
+    ) -> int | None:
+        """On the worker: prefill the prompts' common head of the loaded model (the request
+        only names the prompt family: the head does not depend on the buffer)."""
+        if cancelled() or self.host.backend is not backend:
+            return None
+        editor = self.editor(backend)
+        request = NextEditRequest(
+            text="", cursor_line=0, prompt_format=settings.next_edit.prompt_format
+        )
+        try:
+            tokens = editor.prepare_head(request, cancelled=cancelled)
+        except Exception as err:  # the model failed: the first request prefills it, or says
+            self._head_done_for = backend
+            log.error("next-edit head prefill failed (%s: %s)", type(err).__name__, err)
+            log.debug("next-edit head prefill failure", exc_info=True)
+            return None
+        if not cancelled():
+            self._head_done_for = backend  # prefilled, or the family has no common head
+            self.stats.count("nextEditHeadTokens", tokens)
+        log.debug("next-edit prompt head prefilled: %d tokens", tokens)
+        return tokens
 
     def _end_pause(self, uri: str, pause: Pause | None = None) -> None:
         """No more pre-warm for this buffer's pause (`pause`: only if it is still that one)."""

@@ -67,6 +67,9 @@ class ServerStats:
         "nextEditPrewarmedTokens",
         "nextEditReusedTokens",
         "nextEditReusedPrewarmedTokens",
+        # The prompts' common head (the chat family's instructions) prefilled when the worker
+        # was first idle with the model loaded: the tokens, once per model.
+        "nextEditHeadTokens",
     )
     _ENGINE_FINISH: ClassVar[dict[str, str]] = {
         "error": "engineErrors",
