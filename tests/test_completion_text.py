@@ -124,6 +124,24 @@ def test_only_one_closer_of_the_lines_above_stays():
     assert quoted.line_may_close == ""
 
 
+def test_a_python_statement_below_means_the_line_closes_what_is_open():
+    # toolz's test_itertoolz.py: the dict's last line; the file goes on for hundreds of lines.
+    before = (
+        "    assert groupby([0, 0], [(1, 2), (2, 4)]) == \\\n"
+        "        {(1, 1): [(1, 2), (1, 3)],\n"
+        "         "
+    )
+    after = "\n\n\ndef test_merge_sorted():\n" + "    assert f([1, 2]) == [1, 2]\n" * 60
+    s = describe_cursor(before, after, language="python")
+    assert s.line_may_close == "}"
+    assert finish("(2, 2): [(2, 2), (2, 4)]}", s, multiline=False) == "(2, 2): [(2, 2), (2, 4)]}"
+    # A comprehension's `for` line is no statement: the scan goes on (and finds nothing).
+    inside = describe_cursor(before, "\n    for x in y\n" + "    z = [1]\n" * 60, language="python")
+    assert inside.line_may_close == ""
+    # Without the language the scan cannot tell: as few closers as it can.
+    assert describe_cursor(before, after).line_may_close == ""
+
+
 def test_indentation_is_not_doubled_after_an_indented_cursor():
     s = situation("def f(x):\n    ")
     assert finish("       return x\n", s, multiline=True) == "return x"

@@ -29,6 +29,15 @@ LINE_COMMENTS_OF = {"python": ("#",)}  # every other known language: C's `//`
 QUOTES = "\"'`"
 RUST_CHAR = re.compile(r"'(?:\\.[^']*|[^'\\\n])'")  # 'a', '\n', '\u{1F600}'; not a lifetime
 COMMENT, OPEN_QUOTE = "#", '"'  # code_marks' marks besides the brackets
+# Lines that start a statement no open bracket can hold, per language: below the cursor, the
+# brackets the lines above left open are closed before one (Python's `def`, `return`, `@`, ...;
+# not `if`, `for` or `else`, which start lines inside comprehensions and conditionals too).
+STATEMENT_START = {
+    "python": re.compile(
+        r"(?:def|class|return|import|from|pass|raise|assert|del|global|nonlocal|while|with"
+        r"|try|except|finally|elif|async)\b|@"
+    ),
+}
 
 
 def line_comments(language: str | None) -> tuple[str, ...]:
@@ -107,10 +116,14 @@ def unmatched_closers(
 ) -> tuple[list[str], bool]:
     """The first `count` closers of the lines with no opener among them, past the first `skip`
     (they close what the cursor's line opened), and whether that is all there is to know:
-    `count` found, or the text ended. Fewer and False: SCAN_LINES lines were read."""
+    `count` found, the text ended, or a line (past the first: the cursor's) starts a statement
+    no bracket can hold (STATEMENT_START). Fewer and False: SCAN_LINES lines were read."""
     found: list[str] = []
     depth = 0
-    for line in lines_below[:SCAN_LINES]:
+    statement = STATEMENT_START.get(language or "")
+    for index, line in enumerate(lines_below[:SCAN_LINES]):
+        if index and statement is not None and statement.match(line.lstrip()):
+            return found, True
         for ch in brackets(line, language):
             if ch in CLOSER_OF:
                 depth += 1
