@@ -36,10 +36,11 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lsprotocol import types
 from pygls.workspace import TextDocument
@@ -127,11 +128,13 @@ class NextEditFlow:
         self._remote: RemoteNextEditor | None = None
         self._lock = threading.Lock()  # _pause: the event loop and the worker
         self._pause: Pause | None = None  # what is pre-warmed when the worker is idle
-        # The prompts' common head: the backend it was last asked of, the jobs started for it,
-        # the last of them, and whether it is done (prefilled, or nothing to prefill).
-        self._head_tries: tuple[Any, int] = (None, 0)
+        # The prompts' common head: the backend it is for (weakly: a replaced model is not kept
+        # alive by it), the jobs started for it, whether it is done (prefilled, or nothing to
+        # prefill), and the last job.
+        self._head_for: weakref.ref[Any] | None = None
+        self._head_tries = 0
+        self._head_done = False
         self._head_job: Job | None = None
-        self._head_done_for: Any = None
 
     def editor(self, backend: LocalBackend) -> NextEditor:
         """The next editor of the engine's model (made again when the model changes), timed
@@ -204,19 +207,20 @@ class NextEditFlow:
         backend = self.host.backend
         if backend is None or isinstance(backend, EngineBackend):
             return
-        if self._head_done_for is backend or (self._head_job and self._head_job.live):
+        if self._head_for is None or self._head_for() is not backend:
+            self._head_for, self._head_tries, self._head_done = weakref.ref(backend), 0, False
+        if self._head_done or self._head_tries >= MAX_HEAD_TRIES:
             return
-        owner, tries = self._head_tries
-        tries = tries if owner is backend else 0
+        if self._head_job is not None and self._head_job.live:
+            return
         settings = self._settings()
-        if tries >= MAX_HEAD_TRIES or not (
-            settings.enable and settings.next_edit.prewarm and settings.completion.speculative
-        ):
+        if not (settings.enable and settings.next_edit.prewarm and settings.completion.speculative):
             return
-        self._head_tries = (backend, tries + 1)
+        self._head_tries += 1
+        local = cast("LocalBackend", backend)  # neither None nor an engine: the local model
         self._head_job = self.scheduler.submit(
             HEAD_KEY,
-            lambda cancelled: self._prepare_head(backend, settings, cancelled),
+            lambda cancelled: self._prepare_head(local, settings, cancelled),
             kind="prewarm",
             give_up_s=settings.completion.max_wait_ms / 1000 + GIVE_UP_GRACE_S,
         )
@@ -235,15 +239,20 @@ class NextEditFlow:
         try:
             tokens = editor.prepare_head(request, cancelled=cancelled)
         except Exception as err:  # the model failed: the first request prefills it, or says
-            self._head_done_for = backend
+            self._head_finished(backend)
             log.error("next-edit head prefill failed (%s: %s)", type(err).__name__, err)
             log.debug("next-edit head prefill failure", exc_info=True)
             return None
         if not cancelled():
-            self._head_done_for = backend  # prefilled, or the family has no common head
+            self._head_finished(backend)  # prefilled, or the family has no common head
             self.stats.count("nextEditHeadTokens", tokens)
         log.debug("next-edit prompt head prefilled: %d tokens", tokens)
         return tokens
+
+    def _head_finished(self, backend: LocalBackend) -> None:
+        with self._lock:
+            if self._head_for is not None and self._head_for() is backend:
+                self._head_done = True
 
     def _end_pause(self, uri: str, pause: Pause | None = None) -> None:
         """No more pre-warm for this buffer's pause (`pause`: only if it is still that one)."""
