@@ -140,6 +140,9 @@ def test_brackets_in_strings_and_comments_do_not_close_the_block() -> None:
     raw = '\n\tfmt.Println("}")\n\t// a } in a comment\n\treturn nil\n}\n'
     s = describe_cursor("func f() error {", "\n", language="go")
     assert finish(raw, s, multiline=True) == raw.rstrip("\n")
+    c = describe_cursor("int f(void) {", "\n}\n", language="c")
+    body = "\n    /* } */ return 1;\n}\n"
+    assert finish(body, c, multiline=True) == "\n    /* } */ return 1;"
     rust = describe_cursor("fn f<'a>(s: &'a str) -> &'a str {", "\n}\n", language="rust")
     assert (
         finish("\n    let c = '}';\n    s\n}\n", rust, multiline=True)

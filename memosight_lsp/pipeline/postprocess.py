@@ -14,7 +14,6 @@ from .open_brackets import (
     COMMENT,
     OPEN_QUOTE,
     OPENER_OF,
-    RUST_CHAR,
     marks_at,
     open_brackets,
 )
@@ -194,39 +193,19 @@ def cut_unmatched_closer(
 def closing_line(text: str, language: str | None) -> int | None:
     """Where the line holding the first bracket that closes one opened before the completion
     starts (the block's own `{`); None when there is none. Brackets in strings, character
-    literals and `//` comments do not count (in Rust a `'` starts a lifetime unless a
-    character literal closes right after it: `'}'`, `'\\''`)."""
+    literals and comments do not count, by the language's rules (open_brackets.marks_at: in
+    Rust a `'` starts a lifetime unless a character literal closes right after it)."""
     depth = 0
     line_start = 0
-    quote = ""
-    index = 0
-    quotes = '"`' if language == "rust" else "\"'`"
-    while index < len(text):
-        ch = text[index]
-        if ch == "'" and not quote and language == "rust":
-            literal = RUST_CHAR.match(text, index)
-            index = literal.end() if literal else index + 1
-            continue
-        if ch == "\n":
-            line_start, quote = index + 1, ""
-        elif quote:
-            if ch == "\\":
-                index += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in quotes:
-            quote = ch
-        elif text.startswith("//", index):
-            end = text.find("\n", index)
-            index = len(text) if end == -1 else end
-            continue
-        elif ch in "([{":
-            depth += 1
-        elif ch in CLOSERS:
-            depth -= 1
-            if depth < 0:
-                return line_start
-        index += 1
+    for line in text.split("\n"):
+        for _, mark in marks_at(line, language):
+            if mark in CLOSER_OF:
+                depth += 1
+            elif mark in CLOSERS:
+                depth -= 1
+                if depth < 0:
+                    return line_start
+        line_start += len(line) + 1
     return None
 
 
