@@ -167,3 +167,16 @@ def test_the_current_file_keeps_its_first_tokens_before_other_files_get_any(proj
     # A file shorter than the floor leaves the rest of the budget unused.
     assert char_count("# file: pkg/app.py\n" + LONG_APP) < MIN_OWN_TOKENS
     assert cross_tokens(long_ctx(index, root, budget=MIN_OWN_TOKENS, packing=share)) == 0
+
+
+def test_verbatim_fills_the_files_room_with_its_nearest_lines(project) -> None:
+    index, root = project
+    shared = Packing(cross_share=0.35, similar=4)
+    compressed = long_ctx(index, root, budget=200, packing=shared)
+    verbatim = long_ctx(
+        index, root, budget=200, packing=Packing(**{**vars(shared), "far_prefix": False})
+    )
+    assert "far" in {s.kind for s in compressed.snippets}
+    assert "far" not in {s.kind for s in verbatim.snippets}
+    assert window_start(verbatim) < window_start(compressed)  # more lines above, verbatim
+    assert verbatim.prompt_tokens <= 200

@@ -3,6 +3,7 @@ on the embedded model."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -11,8 +12,10 @@ import pytest
 
 from memosight_lsp.bench import quality
 from memosight_lsp.commands.bench import BENCHMARKS
+from memosight_lsp.config import Settings
 from memosight_lsp.context import Packing
 from memosight_lsp.inference.loading import load_tokenizer
+from memosight_lsp.pipeline.request import packing_for
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -74,6 +77,10 @@ def test_strategies_parse_into_settings_and_packing() -> None:
     assert quality.parse_strategy("share35+sim4").packing == Packing(cross_share=0.35, similar=4)
     only = quality.parse_strategy("share25+sim2+simonly").packing
     assert only == Packing(cross_share=0.25, similar=2, similar_only=True)
+    # The settings' defaults with a variant after them (the repository format left as set).
+    verbatim = quality.parse_strategy("default+verbatim")
+    assert verbatim.packing == dataclasses.replace(packing_for(Settings()), far_prefix=False)
+    assert verbatim.repo_format is None
     with pytest.raises(ValueError, match="unknown strategy part 'wide'"):
         quality.parse_strategy("floor40+wide")
 

@@ -22,6 +22,8 @@ Strategies (`--strategies`, comma-separated; variants join with `+`, e.g. `floor
             alone (nearest lines, the code above them compressed, suffix B/4) in the rest
   suffix4   the suffix gets B/4 (as without an index) instead of B/8
   foreign   snippets only for names used near the cursor or imported, not defined in the file
+  verbatim  the current file's nearest lines fill its room, no compressed code above them
+            (as llama.cpp's `/infill` keeps the file); `default+verbatim`: the defaults with it
   repo      other files in the model family's repository format (Qwen2.5-Coder `<|file_sep|>`)
   simN      with shareP: N windows of other files most like the lines above the cursor first
             (context/similar.py; the defaults are share35+sim4)
@@ -76,7 +78,7 @@ from memosight_lsp.config import Settings
 from memosight_lsp.context import Packing
 from memosight_lsp.pipeline.local_backend import LocalBackend
 from memosight_lsp.pipeline.positions import split_at
-from memosight_lsp.pipeline.request import CompletionRequest
+from memosight_lsp.pipeline.request import CompletionRequest, packing_for
 from memosight_lsp.workspace import WorkspaceIndex
 
 # Multi-file packages installed with the project (runtime and dev dependencies): held out.
@@ -161,7 +163,7 @@ class Strategy:
 
 
 _VARIANT = re.compile(
-    r"floor(\d+)|share(\d+)|sim(\d+)|gate(?:sim)?(\d+)?|simonly|suffix4|foreign|repo"
+    r"floor(\d+)|share(\d+)|sim(\d+)|gate(?:sim)?(\d+)?|simonly|suffix4|foreign|repo|verbatim"
 )
 
 
@@ -171,8 +173,12 @@ def parse_strategy(name: str) -> Strategy:
         return Strategy(name=name, cross_file=False)
     if name == "default":
         return Strategy(name=name)
-    packing, repo = Packing(), False
-    for part in name.split("+"):
+    packing = Packing()
+    repo: bool | None = False
+    parts = name.split("+")
+    if parts[0] == "default":  # the settings' defaults, then the variants after it
+        packing, repo, parts = packing_for(Settings()), None, parts[1:]
+    for part in parts:
         match = _VARIANT.fullmatch(part)
         if part == "packed":
             continue
@@ -196,6 +202,8 @@ def parse_strategy(name: str) -> Strategy:
             packing = dataclasses.replace(packing, suffix_share=1 / 4)
         elif part == "foreign":
             packing = dataclasses.replace(packing, foreign_only=True)
+        elif part == "verbatim":
+            packing = dataclasses.replace(packing, far_prefix=False)
         else:
             repo = True
     return Strategy(name=name, packing=packing, repo_format=repo)

@@ -292,14 +292,20 @@ def build_context(
     )
 
 
-def _plain(layout: _Layout, budget: int, counter: TokenCounter, max_suffix: int) -> None:
+def _plain(
+    layout: _Layout,
+    budget: int,
+    counter: TokenCounter,
+    max_suffix: int,
+    packing: Packing = DEFAULT_PACKING,
+) -> None:
     lines, line, column = layout.lines, layout.line, layout.column
     layout.suffix_end, layout.suffix_text, suffix_used = suffix_window(
         lines, line, column, min(int(budget * SUFFIX_SHARE_PLAIN), max_suffix), counter
     )
     room = budget - suffix_used - counter.piece(layout.marker)
     start, text, _ = _prefix_window(lines, line, column, room, counter)
-    if start > 0:
+    if start > 0 and packing.far_prefix:
         # The file does not fit: the lines nearest the cursor take part of the room and the code
         # above them is compressed into the rest instead of cut off.
         prefix_lines = [*lines[:line], lines[line][:column]]
@@ -335,7 +341,7 @@ def _shared(
         if packing.similar > 0:
             candidates = similar if packing.similar_only else similar + candidates
         layout.cross, _ = selector.select(candidates, room, (0, -1))
-    _plain(layout, budget - counter(layout.cross_text()), counter, max_suffix)
+    _plain(layout, budget - counter(layout.cross_text()), counter, max_suffix, packing)
 
 
 def _ranked(

@@ -84,6 +84,10 @@ class Packing:
     gate: bool = False
     gate_similarity: float | None = None
     gate_names: bool | None = None
+    # The current file's code above its nearest lines compressed into the room left (signatures,
+    # far_prefix.py) when the file does not fit; False: the nearest lines verbatim fill it, as
+    # llama.cpp's `/infill` keeps them.
+    far_prefix: bool = True
 
 
 DEFAULT_PACKING = Packing()
