@@ -215,3 +215,27 @@ def test_a_head_pinned_before_the_index_filled_is_packed_again(engine, tmp_path)
     assert not after.stable_head and "def format_money(value)" in after.context.prefix
     again = engine.prepare(request(main, 2, 19, index=index, **fields))
     assert again.stable_head  # and the new head holds while nothing else changes
+
+
+def test_another_buffer_reaching_the_index_after_the_pin_packs_again(engine, tmp_path):
+    # The editor's didChange of another buffer reaches the index a moment later (its own
+    # thread): a head pinned in between has the old definitions, and must not be kept.
+    (tmp_path / "other.py").write_text("def other():\n    pass\n")
+    index = WorkspaceIndex(tmp_path, use_cache=False)
+    index.scan()
+    here = str(tmp_path / "shlex.py")
+    other, new = (
+        str(tmp_path / "other.py"),
+        "def other():\n    pass\n\n\ndef fresh(x):\n    return x\n",
+    )
+    index.update_buffer(other, "def other():\n    pass\n")
+    kwargs = {"index": index, "path": here, "open_buffers": {other: new}}
+    engine.prepare(request(**kwargs))
+    assert engine.stable.packed == 1
+    assert engine.prepare(request(**kwargs)).stable_head  # nothing moved: the head is kept
+    index.update_buffer(other, new)  # the index catches up with the editor
+    again = engine.prepare(request(**kwargs))
+    assert not again.stable_head and engine.stable.packed == 2
+    # The current buffer's own edits in the index do not stale its head.
+    index.update_buffer(here, TEXT)
+    assert engine.prepare(request(**kwargs)).stable_head

@@ -201,13 +201,17 @@ class LocalBackend:
         budget = budget or self.latency_budget(request)
         # What the pinned head was packed for: another budget, index (or one that learned of
         # files since: a head pinned mid-scan would miss them for good), file or other open
-        # buffers (edited elsewhere: their snippets may be stale) packs again. Hashing an
+        # buffers (edited elsewhere: their snippets may be stale), as the editor sent them and
+        # as the index holds them (it applies their edits a moment later, on its own thread: a
+        # head packed in between would keep the old definitions) packs again. Hashing an
         # unchanged buffer is free (str caches its hash).
         others = tuple(sorted((path, hash(text)) for path, text in request.open_buffers.items()))
+        index = request.index
         key = (
             budget.max_prompt_tokens,
-            id(request.index),
-            request.index.revision if request.index is not None else 0,
+            id(index),
+            index.revision if index is not None else 0,
+            index.buffer_texts(request.path) if index is not None and request.path else (),
             request.path,
             request.language_id,
             others,

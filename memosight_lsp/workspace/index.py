@@ -352,6 +352,17 @@ class WorkspaceIndex:
     def buffer(self, path: str | Path) -> Buffer | None:
         return self._buffers.get(self.relpath(path))
 
+    def buffer_texts(self, exclude: str | Path | None = None) -> tuple[tuple[str, int], ...]:
+        """(path, hash of its text) of every open buffer but `exclude`, as the index holds them
+        now: what a prompt packed from the index knew of the other buffers (their updates
+        reach the index after the editor's didChange, on the index's own thread). Cheap: a
+        str caches its hash."""
+        skip = None if exclude is None else self.relpath(exclude)
+        with self._lock:
+            return tuple(
+                sorted((rel, hash(b.text)) for rel, b in self._buffers.items() if rel != skip)
+            )
+
     # -- queries -------------------------------------------------------------------------------
     def files(self) -> list[str]:
         with self._lock:
