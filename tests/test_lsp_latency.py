@@ -58,7 +58,10 @@ async def test_did_open_prewarms_and_the_first_completion_reuses_it(client, unwa
     after = await stats(client)
     assert after["modelCalls"] == warmed["modelCalls"] + 1
     assert after["reusedPromptTokens"] - before > 0  # the pre-warmed prompt
-    assert after["latency"]["stablePrompts"]["reused"] >= 1  # built on the pre-warm's head
+    # The pre-warm at didOpen guessed the cursor (the end of the file): it pins no head, the
+    # completion packs its own (a later prepare, its precompute's, may already reuse it).
+    assert warmed["latency"]["stablePrompts"]["buffers"] == 0
+    assert after["latency"]["stablePrompts"]["packed"] >= 1
     # The same suggestion from a server that pre-warms nothing.
     open_doc(unwarmed, uri, DOC)
     plain = await inline(unwarmed, uri, *END)
