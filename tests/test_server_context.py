@@ -134,15 +134,17 @@ async def test_an_unsaved_edit_in_another_buffer_reaches_the_context(client, wor
     edit(client, a_uri, 2, (end_line, 0), (end_line, 0), NEW_FUNCTION.lstrip("\n"))
     found: dict = {}
 
+    new_line = end_line + 1  # the new function's second line: the old text has no such line
+
     async def probe() -> bool:
         found.update(await context(client, b_uri, *DISCOUNT_SITE))
-        return snippet_from(found, a_uri, "apply_discount", end_line) is not None
+        return snippet_from(found, a_uri, "apply_discount", new_line) is not None
 
     for _ in range(50):
         if await probe():
             break
         await asyncio.sleep(0.1)
-    snippet = snippet_from(found, a_uri, "apply_discount", end_line)
+    snippet = snippet_from(found, a_uri, "apply_discount", new_line)
     assert snippet is not None, found["snippets"]
     assert snippet["range"]["start"]["line"] <= end_line <= snippet["range"]["end"]["line"]
     # The same answer's prompt holds it: a head pinned before the index had the edit is not
