@@ -225,7 +225,9 @@ def compress_prefix(
         over = counter(far + near) - budget
         if over <= 0:
             return far + near
-        far = summarize_above(lines, start, near, counter(far) - max(over, 1), counter, language)
+        far = summarize_above(
+            lines, start, near, counter(far) - max(over, 1), counter, language
+        )
     while start < len(lines) - 1 and counter(near) > budget:
         start += 1
         near = "\n".join(lines[start:])

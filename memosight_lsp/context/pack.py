@@ -310,7 +310,9 @@ def _plain(
         # above them is compressed into the rest instead of cut off.
         prefix_lines = [*lines[:line], lines[line][:column]]
         language = layout.spec.name if layout.spec is not None else None
-        start, layout.far_text, text = split_prefix(prefix_lines, room, counter, language=language)
+        start, layout.far_text, text = split_prefix(
+            prefix_lines, room, counter, language=language
+        )
     layout.window_start, layout.prefix_text = start, text
 
 
