@@ -17,7 +17,6 @@ import keyword
 import re
 from dataclasses import dataclass
 
-from .brace_summary import brace_levels
 from .lexical import identifiers, jaccard
 from .recursive import Unit, fit, signature_summary
 from .tokens import TokenCounter, grow_upward
@@ -40,31 +39,17 @@ CHARS_PER_TOKEN_REACH = 16
 # Names a line defines: a def or class at any depth (a method used as self.name counts), or an
 # unindented assignment.
 _DEFINED = re.compile(r"^\s*(?:async\s+def|def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*[:=]")
-# In the brace languages: a declaration keyword's name (Go's `func (r *T) Name`), or the name
-# called on an unindented line that does not end a statement (a C function's header).
-_DEFINED_BRACE = re.compile(
-    r"\b(?:func|fn|function|class|struct|enum|trait|interface|type|impl|union|namespace)\s+"
-    r"(?:\([^)]*\)\s*)?([A-Za-z_]\w*)|^[A-Za-z_][\w\s*&:<>,]*?\b([A-Za-z_]\w*)\s*\((?!.*;\s*$)"
-)
 _TRAILING_WORD = re.compile(r"[A-Za-z_]\w*\Z")
-# Unindented lines that continue the statement above: closing brackets, else/elif/except/finally;
-# in the brace languages also a body's `{` on a line of its own (C's functions).
+# Unindented lines that continue the statement above: closing brackets, else/elif/except/finally.
 _CONTINUATION = re.compile(r"^([)\]}]|(else|elif|except|finally)\b)")
-_CONTINUATION_BRACE = re.compile(r"^([)\]{}]|(else|catch|finally)\b)")
 
 
-def brace_language(language: str | None) -> bool:
-    """Code whose blocks are braces: every known language but Python (None: not known)."""
-    return language is not None and language != "python"
-
-
-def top_level_blocks(lines: list[str], language: str | None = None) -> list[tuple[int, int]]:
+def top_level_blocks(lines: list[str]) -> list[tuple[int, int]]:
     """[start, end) line spans covering `lines`: a block starts at an unindented code line
     (decorators stay with what they decorate); runs of one-line statements group together."""
-    continuation = _CONTINUATION_BRACE if brace_language(language) else _CONTINUATION
     starts = []
     for i, line in enumerate(lines):
-        if not line or line[0].isspace() or continuation.match(line):
+        if not line or line[0].isspace() or _CONTINUATION.match(line):
             continue
         if i > 0 and lines[i - 1].startswith("@"):
             continue  # decorated definition: the block began at its first decorator
@@ -89,25 +74,15 @@ def _simple(lines: list[str], start: int, end: int) -> bool:
 
 
 def summarize_above(
-    lines: list[str],
-    end: int,
-    near: str,
-    budget: int,
-    counter: TokenCounter,
-    language: str | None = None,
+    lines: list[str], end: int, near: str, budget: int, counter: TokenCounter
 ) -> str:
     """lines[:end] compressed to at most `budget` tokens (as counted piece by piece), relevance
     judged against `near`, the text kept verbatim below them. Returns "" if nothing fits."""
-    return _summary(lines, end, near, budget, counter, language)[0]
+    return _summary(lines, end, near, budget, counter)[0]
 
 
 def _summary(
-    lines: list[str],
-    end: int,
-    near: str,
-    budget: int,
-    counter: TokenCounter,
-    language: str | None = None,
+    lines: list[str], end: int, near: str, budget: int, counter: TokenCounter
 ) -> tuple[str, int]:
     """summarize_above's text and its token count (block by block)."""
     if end <= 0 or budget <= 0:
@@ -115,9 +90,9 @@ def _summary(
     near_words = set(identifiers(near))
     typed = _typed_word(near)
     units = []
-    for start, stop in top_level_blocks(lines[:end], language):
+    for start, stop in top_level_blocks(lines[:end]):
         text = "".join(line + "\n" for line in lines[start:stop])
-        facts = _facts(text, language if brace_language(language) else None)
+        facts = _facts(text)
         score = jaccard(facts.words, near_words) + CLOSENESS_WEIGHT * stop / end
         if typed is not None and any(name.startswith(typed) for name in facts.defined):
             score += COMPLETES_TYPED_WORD
@@ -151,18 +126,12 @@ class _BlockFacts:
 
 
 @functools.lru_cache(maxsize=MEMO_BLOCKS)
-def _facts(text: str, brace: str | None) -> _BlockFacts:
+def _facts(text: str) -> _BlockFacts:
     """What scoring and fitting need from a block, memoised: blocks far above the cursor stay
-    the same from one keystroke to the next. `brace`: the block's brace language, or None for
-    Python's rules."""
-    if brace is not None:
-        levels = brace_levels(text, brace)
-        pattern = _DEFINED_BRACE
-    else:
-        summary = signature_summary(text)
-        levels = (text, summary, "") if summary and summary != text else (text, "")
-        pattern = _DEFINED
-    defined = frozenset(name for line in text.splitlines() for name in _defined(line, pattern))
+    the same from one keystroke to the next."""
+    summary = signature_summary(text)
+    levels = (text, summary, "") if summary and summary != text else (text, "")
+    defined = frozenset(name for line in text.splitlines() for name in _defined(line))
     return _BlockFacts(levels=levels, words=frozenset(identifiers(text)), defined=defined)
 
 
@@ -173,32 +142,27 @@ def _typed_word(near: str) -> str | None:
     return match.group(0) if match and len(match.group(0)) >= 3 else None
 
 
-def _defined(line: str, pattern: re.Pattern[str] = _DEFINED) -> list[str]:
-    match = pattern.search(line) if pattern is _DEFINED_BRACE else pattern.match(line)
+def _defined(line: str) -> list[str]:
+    match = _DEFINED.match(line)
     if match is None:
         return []
     return [name for name in match.groups() if name and not keyword.iskeyword(name)]
 
 
 def split_prefix(
-    lines: list[str],
-    budget: int,
-    counter: TokenCounter,
-    near_share: float = NEAR_SHARE,
-    language: str | None = None,
+    lines: list[str], budget: int, counter: TokenCounter, near_share: float = NEAR_SHARE
 ) -> tuple[int, str, str]:
     """(first near line, far text, near text) for a prefix given as its lines (the last one is
     the cursor line up to the cursor): the nearest lines get `near_share` of the budget and the
-    lines above them are summarized into the rest, by the rules of `language` (its blocks and
-    their summaries; None: Python's). Room the summary leaves (a big block that only fits as its
-    signatures) goes back to the near lines."""
+    lines above them are summarized into the rest. Room the summary leaves (a big block that
+    only fits as its signatures) goes back to the near lines."""
     near_budget = int(budget * near_share)
     start, far, near = len(lines) - 1, "", lines[-1]
     for _ in range(3):
         last = len(lines) - 1
         start, used = grow_upward(lines, last, counter.piece(lines[last]), near_budget, counter)
         near = "\n".join(lines[start:])
-        far, far_used = _summary(lines, start, near, budget - used, counter, language)
+        far, far_used = _summary(lines, start, near, budget - used, counter)
         spare = budget - used - far_used
         if spare < max(16, budget // 32) or start == 0:
             break
@@ -207,27 +171,21 @@ def split_prefix(
 
 
 def compress_prefix(
-    text: str,
-    budget: int,
-    counter: TokenCounter,
-    near_share: float = NEAR_SHARE,
-    language: str | None = None,
+    text: str, budget: int, counter: TokenCounter, near_share: float = NEAR_SHARE
 ) -> str:
     """`text` (everything before the cursor) in at most `budget` tokens: whole when it fits;
     otherwise split_prefix's far summary and near lines."""
     if counter(text) <= budget:
         return text
     lines = text.split("\n")
-    start, far, near = split_prefix(lines, budget, counter, near_share, language)
+    start, far, near = split_prefix(lines, budget, counter, near_share)
     # Pieces are counted apart; the joined text can count a little differently, so shrink
     # the far part by what the whole is over until it fits.
     for _ in range(4):
         over = counter(far + near) - budget
         if over <= 0:
             return far + near
-        far = summarize_above(
-            lines, start, near, counter(far) - max(over, 1), counter, language
-        )
+        far = summarize_above(lines, start, near, counter(far) - max(over, 1), counter)
     while start < len(lines) - 1 and counter(near) > budget:
         start += 1
         near = "\n".join(lines[start:])

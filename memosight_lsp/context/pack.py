@@ -309,10 +309,7 @@ def _plain(
         # The file does not fit: the lines nearest the cursor take part of the room and the code
         # above them is compressed into the rest instead of cut off.
         prefix_lines = [*lines[:line], lines[line][:column]]
-        language = layout.spec.name if layout.spec is not None else None
-        start, layout.far_text, text = split_prefix(
-            prefix_lines, room, counter, language=language
-        )
+        start, layout.far_text, text = split_prefix(prefix_lines, room, counter)
     layout.window_start, layout.prefix_text = start, text
 
 
