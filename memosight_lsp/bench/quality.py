@@ -24,6 +24,8 @@ Strategies (`--strategies`, comma-separated; variants join with `+`, e.g. `floor
   foreign   snippets only for names used near the cursor or imported, not defined in the file
   verbatim  the current file's nearest lines fill its room, no compressed code above them
             (as llama.cpp's `/infill` keeps the file); `default+verbatim`: the defaults with it
+  nomarker  no `// file: path` comment above the current file's code when no other file's code
+            is in the prompt (a file-level FIM prompt)
   repo      other files in the model family's repository format (Qwen2.5-Coder `<|file_sep|>`)
   simN      with shareP: N windows of other files most like the lines above the cursor first
             (context/similar.py; the defaults are share35+sim4)
@@ -163,7 +165,7 @@ class Strategy:
 
 
 _VARIANT = re.compile(
-    r"floor(\d+)|share(\d+)|sim(\d+)|gate(?:sim)?(\d+)?|simonly|suffix4|foreign|repo|verbatim"
+    r"floor(\d+)|share(\d+)|sim(\d+)|gate(?:sim)?(\d+)?|simonly|suffix4|foreign|repo|verbatim|nomarker"
 )
 
 
@@ -204,6 +206,8 @@ def parse_strategy(name: str) -> Strategy:
             packing = dataclasses.replace(packing, foreign_only=True)
         elif part == "verbatim":
             packing = dataclasses.replace(packing, far_prefix=False)
+        elif part == "nomarker":
+            packing = dataclasses.replace(packing, current_marker=False)
         else:
             repo = True
     return Strategy(name=name, packing=packing, repo_format=repo)

@@ -341,6 +341,8 @@ def _shared(
         if packing.similar > 0:
             candidates = similar if packing.similar_only else similar + candidates
         layout.cross, _ = selector.select(candidates, room, (0, -1))
+    if not packing.current_marker and not layout.cross:
+        layout.marker = ""
     _plain(layout, budget - counter(layout.cross_text()), counter, max_suffix, packing)
 
 

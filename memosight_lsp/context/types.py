@@ -88,6 +88,9 @@ class Packing:
     # far_prefix.py) when the file does not fit; False: the nearest lines verbatim fill it, as
     # llama.cpp's `/infill` keeps them.
     far_prefix: bool = True
+    # The current file's path marker comment (`// file: path`) when no other file's code comes
+    # before it; False: the file's code alone, as a file-level FIM prompt.
+    current_marker: bool = True
 
 
 DEFAULT_PACKING = Packing()
