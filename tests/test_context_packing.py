@@ -4,6 +4,7 @@ with a real tiny model's tokenizer."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,22 @@ def test_verbatim_fills_the_files_room_with_its_nearest_lines(project) -> None:
     assert "far" not in {s.kind for s in verbatim.snippets}
     assert window_start(verbatim) < window_start(compressed)  # more lines above, verbatim
     assert verbatim.prompt_tokens <= 200
+
+
+def test_without_the_current_marker_the_file_alone_has_no_path_comment(project) -> None:
+    index, root = project
+    alone = Packing(cross_share=0.35, gate=True, gate_similarity=1.0, gate_names=False)
+    marked = long_ctx(index, root, budget=200, packing=alone)
+    bare = long_ctx(
+        index, root, budget=200, packing=dataclasses.replace(alone, current_marker=False)
+    )
+    assert marked.cross_chars == 0 and bare.cross_chars == 0  # the gate keeps other files out
+    assert marked.prefix.startswith("# file: pkg/app.py\n") and bare.marker_chars == 0
+    assert not bare.prefix.startswith("# file:")
+    assert bare.prompt_tokens <= 200
+    # With other files' code before it, the current file keeps its marker: it ends theirs.
+    shared = Packing(cross_share=0.35, similar=4, current_marker=False)
+    crossed = ctx(
+        index, root, text=LONG_APP, line=LONG_APP.count("\n"), column=0, budget=600, packing=shared
+    )
+    assert crossed.cross_chars > 0 and "# file: pkg/app.py\n" in crossed.prefix

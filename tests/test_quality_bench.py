@@ -81,6 +81,8 @@ def test_strategies_parse_into_settings_and_packing() -> None:
     verbatim = quality.parse_strategy("default+verbatim")
     assert verbatim.packing == dataclasses.replace(packing_for(Settings()), far_prefix=False)
     assert verbatim.repo_format is None
+    bare = quality.parse_strategy("default+nomarker")
+    assert bare.packing == dataclasses.replace(packing_for(Settings()), current_marker=False)
     with pytest.raises(ValueError, match="unknown strategy part 'wide'"):
         quality.parse_strategy("floor40+wide")
 
