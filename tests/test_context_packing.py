@@ -200,3 +200,17 @@ def test_without_the_current_marker_the_file_alone_has_no_path_comment(project) 
         index, root, text=LONG_APP, line=LONG_APP.count("\n"), column=0, budget=600, packing=shared
     )
     assert crossed.cross_chars > 0 and "# file: pkg/app.py\n" in crossed.prefix
+
+
+def test_a_suffix_share_applies_to_the_file_packed_as_alone(project) -> None:
+    index, root = project
+    alone = Packing(cross_share=0.35, gate=True, gate_similarity=1.0, gate_names=False)
+    text = LONG_APP + "".join(f"value_{i} = {i}\n" for i in range(200))
+
+    def suffix_tokens(packing: Packing) -> int:
+        packed = ctx(index, root, text=text, line=LONG_LINE, column=4, budget=400, packing=packing)
+        return sum(s.tokens for s in packed.snippets if s.kind == "suffix")
+
+    quarter = suffix_tokens(alone)
+    eighth = suffix_tokens(dataclasses.replace(alone, suffix_share=1 / 8))
+    assert 400 // 8 - 10 <= eighth <= 400 // 8 < quarter <= 400 // 4

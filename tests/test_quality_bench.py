@@ -81,6 +81,8 @@ def test_strategies_parse_into_settings_and_packing() -> None:
     verbatim = quality.parse_strategy("default+verbatim")
     assert verbatim.packing == dataclasses.replace(packing_for(Settings()), far_prefix=False)
     assert verbatim.repo_format is None
+    eighth = quality.parse_strategy("default+suffix8").packing
+    assert eighth is not None and eighth.suffix_share == 1 / 8
     bare = quality.parse_strategy("default+nomarker")
     assert bare.packing == dataclasses.replace(packing_for(Settings()), current_marker=False)
     with pytest.raises(ValueError, match="unknown strategy part 'wide'"):

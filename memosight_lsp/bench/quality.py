@@ -20,7 +20,8 @@ Strategies (`--strategies`, comma-separated; variants join with `+`, e.g. `floor
   floorN    N lines above the cursor before any snippet, then the suffix, snippets from the rest
   shareP    other files' snippets in at most P% of the budget, then the current file packed as
             alone (nearest lines, the code above them compressed, suffix B/4) in the rest
-  suffix4   the suffix gets B/4 (as without an index) instead of B/8
+  suffixN   the suffix gets B/N (suffix4: B/4, as without an index; the ranked packing's
+            default is B/8, the current file's as alone B/4)
   foreign   snippets only for names used near the cursor or imported, not defined in the file
   verbatim  the current file's nearest lines fill its room, no compressed code above them
             (as llama.cpp's `/infill` keeps the file); `default+verbatim`: the defaults with it
@@ -165,7 +166,8 @@ class Strategy:
 
 
 _VARIANT = re.compile(
-    r"floor(\d+)|share(\d+)|sim(\d+)|gate(?:sim)?(\d+)?|simonly|suffix4|foreign|repo|verbatim|nomarker"
+    r"floor(\d+)|share(\d+)|sim(\d+)|gate(?:sim)?(\d+)?|simonly|suffix(\d+)|foreign|repo|verbatim"
+    r"|nomarker"
 )
 
 
@@ -200,8 +202,8 @@ def parse_strategy(name: str) -> Strategy:
             )
         elif part == "simonly":
             packing = dataclasses.replace(packing, similar_only=True)
-        elif part == "suffix4":
-            packing = dataclasses.replace(packing, suffix_share=1 / 4)
+        elif match.group(5):
+            packing = dataclasses.replace(packing, suffix_share=1 / int(match.group(5)))
         elif part == "foreign":
             packing = dataclasses.replace(packing, foreign_only=True)
         elif part == "verbatim":

@@ -300,8 +300,9 @@ def _plain(
     packing: Packing = DEFAULT_PACKING,
 ) -> None:
     lines, line, column = layout.lines, layout.line, layout.column
+    share = SUFFIX_SHARE_PLAIN if packing.suffix_share is None else packing.suffix_share
     layout.suffix_end, layout.suffix_text, suffix_used = suffix_window(
-        lines, line, column, min(int(budget * SUFFIX_SHARE_PLAIN), max_suffix), counter
+        lines, line, column, min(int(budget * share), max_suffix), counter
     )
     room = budget - suffix_used - counter.piece(layout.marker)
     start, text, _ = _prefix_window(lines, line, column, room, counter)

@@ -64,7 +64,8 @@ class Packing:
     # Lines right above the cursor kept before any snippet (as many as fit; 0: none beyond
     # the token share below).
     prefix_floor_lines: int = 0
-    # The suffix's share of the budget (None: B/8 with an index, as pack.py says).
+    # The suffix's share of the budget (None: B/8 with an index, as pack.py says; B/4 for the
+    # current file packed as alone).
     suffix_share: float | None = None
     # Other files' snippets only for names the file uses near the cursor or imports and does not
     # define itself; no similar-window chunks.
