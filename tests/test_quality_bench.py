@@ -87,6 +87,8 @@ def test_strategies_parse_into_settings_and_packing() -> None:
     assert bare.packing == dataclasses.replace(packing_for(Settings()), current_marker=False)
     with pytest.raises(ValueError, match="unknown strategy part 'wide'"):
         quality.parse_strategy("floor40+wide")
+    with pytest.raises(ValueError, match="unknown strategy part 'suffix0'"):
+        quality.parse_strategy("default+suffix0")
 
 
 def test_wilson_interval() -> None:

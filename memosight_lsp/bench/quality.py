@@ -166,7 +166,7 @@ class Strategy:
 
 
 _VARIANT = re.compile(
-    r"floor(\d+)|share(\d+)|sim(\d+)|gate(?:sim)?(\d+)?|simonly|suffix(\d+)|foreign|repo|verbatim"
+    r"floor(\d+)|share(\d+)|sim(\d+)|gate(?:sim)?(\d+)?|simonly|suffix([1-9]\d*)|foreign|repo|verbatim"
     r"|nomarker"
 )
 
