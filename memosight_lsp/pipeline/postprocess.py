@@ -15,6 +15,7 @@ from .open_brackets import (
     OPEN_QUOTE,
     OPENER_OF,
     marks_at,
+    open_brackets,
 )
 from .policy import BRACE_LANGUAGES, CursorSituation, leading_ws
 
@@ -167,22 +168,14 @@ def cut_unmatched_closer(
     closed (CursorSituation.line_may_close: brackets of the lines above that nothing after the
     cursor closes). Brackets in strings and comments do not count, the prefix's included: the
     text goes on in the string the cursor is in (open_brackets.marks_at)."""
-    stack: list[str] = []  # what the prefix opens and leaves open, read in the same pass
+    _, stack = open_brackets([], line_prefix, language)
     depth_in_text: list[str] = []
     start = 0
     if not line_prefix.strip():
         start = len(text) - len(text.lstrip(" \t)]}"))
     for at, ch in marks_at(line_prefix + text, language):
         index = at - len(line_prefix)
-        if ch in (COMMENT, OPEN_QUOTE):
-            continue
-        if index < 0:
-            if ch in CLOSER_OF:
-                stack.append(ch)
-            elif stack and stack[-1] == CLOSERS[ch]:
-                stack.pop()
-            continue
-        if index < start:
+        if index < start or ch in (COMMENT, OPEN_QUOTE):
             continue
         if ch in CLOSER_OF:
             depth_in_text.append(ch)
