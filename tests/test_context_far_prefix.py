@@ -4,12 +4,7 @@ signatures -> dropped, least relevant first, within the token budget."""
 from __future__ import annotations
 
 from memosight_lsp.context import build_context
-from memosight_lsp.context.far_prefix import (
-    compress_prefix,
-    far_blocks,
-    summarize_above,
-    top_level_blocks,
-)
+from memosight_lsp.context.far_prefix import compress_prefix, summarize_above, top_level_blocks
 from memosight_lsp.context.recursive import signature_summary
 from memosight_lsp.context.tokens import TokenCounter
 from memosight_lsp.context.types import SNIPPET_KINDS
@@ -146,88 +141,3 @@ def test_room_a_big_block_leaves_goes_back_to_the_near_lines():
         out = compress_prefix(prefix, budget, WORDS)
         assert budget * 0.9 <= words(out) <= budget
         assert out.startswith("import os") or "class Big:" in out
-
-
-JAVA = """package org.example.ledger;
-
-import java.util.List;
-
-/**
- * Ledger utilities.
- */
-public final class Ledger {
-
-    /**
-     * Sums the amounts.
-     */
-    public static long total(final List<Long> amounts) {
-        long sum = 0;
-        for (final long amount : amounts) {
-            sum += amount;
-        }
-        return sum;
-    }
-
-    @Override
-    public String toString() {
-        return "Ledger";
-    }
-
-    private static class Entry {
-        final long amount;
-        final String payee;
-
-        Entry(final long amount, final String payee) {
-            this.amount = amount;
-            this.payee = payee;
-        }
-    }
-
-    public static String describe(final String payee, final long amount) {
-        final StringBuilder text = new StringBuilder(payee);
-        text.append(": ");
-        text.append(amount);
-        return text.toString();
-    }
-"""
-
-
-def test_a_container_splits_into_its_header_members_and_closing_line():
-    lines = JAVA.split("\n")
-    spans = far_blocks(lines)
-    starts = {lines[start].strip(): container for start, _, container in spans}
-    ledger = starts["public final class Ledger {"]
-    assert ledger is not None  # a header, standing for the class
-    assert starts["/**"] is None  # the class's comment: a block of its own
-    # Members are blocks with their comments and annotations; a nested class is split again.
-    member_starts = [lines[s].strip() for s, _, c in spans if c is None][2:]
-    assert member_starts == [
-        "/**",  # total() with its javadoc
-        "@Override",
-        "final long amount;",
-        "Entry(final long amount, final String payee) {",
-        "public static String describe(final String payee, final long amount) {",
-    ]
-    entry = starts["private static class Entry {"]
-    closers = [lines[s].strip() for s, _, c in spans if c == entry and lines[s].strip() == "}"]
-    assert entry is not None and closers == ["}"]
-
-
-def test_a_kept_member_keeps_its_container_header_and_closing_brace():
-    lines = JAVA.split("\n")
-    near = "        final Entry entry = new Entry(amount, payee);\n        "
-    budget = 30
-    far = summarize_above(lines, len(lines), near, budget, WORDS)
-    assert words(far) <= budget
-    # The constructor being called, whole, inside the headers that place it; unrelated
-    # methods dropped, an annotation never left without its method.
-    assert "this.payee = payee;" in far
-    assert "public final class Ledger {" in far and "private static class Entry {" in far
-    assert far.count("{") == far.count("}") + 1  # only the cursor's class is left open
-    assert "sum += amount;" not in far and "@Override" not in far
-
-
-def test_an_allman_brace_stays_with_its_header():
-    text = "static int twice(int x)\n{\n   return 2 * x;\n}\n\nenum\n{\n   ONE,\n   TWO\n};\n"
-    lines = text.split("\n")
-    assert [lines[s] for s, _ in top_level_blocks(lines)] == ["static int twice(int x)", "enum"]

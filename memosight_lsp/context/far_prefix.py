@@ -8,12 +8,6 @@ assignments); each block can step down from its full text to its signature summa
 relevant block first (`recursive.fit`), until the far part fits its share of the budget. A block
 is relevant when it defines a name used in the lines near the cursor (or one that starts with the
 word being typed at the cursor), then by shared identifiers, then by closeness.
-
-In the brace languages most code sits inside a container (a Java or C# class, a Rust `impl` or
-`mod`, a C++ namespace or class, a TypeScript class or `describe` suite): as one block it could
-only be whole or gone. A container is split into its header line, kept while any of its members
-is, and its members, each a block ranked as above. A comment or attribute right above a
-definition belongs to its block.
 """
 
 from __future__ import annotations
@@ -24,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from .lexical import identifiers, jaccard
-from .recursive import MAX_HEADER_LINES, Unit, fit, signature_summary
+from .recursive import Unit, fit, signature_summary
 from .tokens import TokenCounter, grow_upward
 
 # A block that defines a name used near the cursor outranks any lexical overlap; one defining a
@@ -33,7 +27,6 @@ from .tokens import TokenCounter, grow_upward
 DEFINES_USED_NAME = 2.0
 COMPLETES_TYPED_WORD = 4.0
 CLOSENESS_WEIGHT = 0.1
-HEADER_MARGIN = 0.01  # a container's header over its best member: dropped after all of them
 NEAR_SHARE = 0.5  # of the budget kept verbatim right above the cursor
 MAX_SIMPLE_RUN = 24  # one-line statements (imports, constants) grouped into blocks of this size
 MEMO_BLOCKS = 4096  # blocks whose summary and identifiers are remembered
@@ -47,21 +40,8 @@ CHARS_PER_TOKEN_REACH = 16
 # unindented assignment.
 _DEFINED = re.compile(r"^\s*(?:async\s+def|def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*[:=]")
 _TRAILING_WORD = re.compile(r"[A-Za-z_]\w*\Z")
-# Unindented lines that continue the statement above: brackets (a body's `{` on a line of its
-# own, in the Allman style of C and stb-like headers, belongs to the header above), closing
-# brackets, else/elif/except/finally.
-_CONTINUATION = re.compile(r"^([)\]{}]|(else|elif|except|finally)\b)")
-# A brace-language comment line, or one of them or an attribute: the definition right below owns
-# it; a container's comments are a block of their own, its attributes part of its header.
-_COMMENT = re.compile(r"^\s*(//|/\*|\*/|\*(\s|$))")
-_LEADING = re.compile(_COMMENT.pattern + r"|^\s*#\[")
-# A header that opens a container of definitions (its members are blocks of their own).
-_CONTAINER = re.compile(
-    r"\b(class|interface|enum|struct|union|impl|trait|mod|namespace|record|object|module)\b"
-    r"|^\s*(describe|suite|context)\s*\("
-)
-MIN_CONTAINER_LINES = 8  # smaller containers stay one block
-MAX_NESTING = 3  # namespace > class > inner class; deeper containers stay whole
+# Unindented lines that continue the statement above: closing brackets, else/elif/except/finally.
+_CONTINUATION = re.compile(r"^([)\]}]|(else|elif|except|finally)\b)")
 
 
 def top_level_blocks(lines: list[str]) -> list[tuple[int, int]]:
@@ -71,8 +51,8 @@ def top_level_blocks(lines: list[str]) -> list[tuple[int, int]]:
     for i, line in enumerate(lines):
         if not line or line[0].isspace() or _CONTINUATION.match(line):
             continue
-        if i > 0 and (lines[i - 1].startswith("@") or _LEADING.match(lines[i - 1])):
-            continue  # decorated or commented definition: the block began above it
+        if i > 0 and lines[i - 1].startswith("@"):
+            continue  # decorated definition: the block began at its first decorator
         starts.append(i)
     if not starts or starts[0] != 0:
         starts.insert(0, 0)
@@ -86,65 +66,6 @@ def top_level_blocks(lines: list[str]) -> list[tuple[int, int]]:
         merged.append((start, end))
         run_open = simple
     return merged
-
-
-# A block: [start, end) lines, and for a container's header or closing line the container's own
-# [start, end) (they stand or fall with its members), None for anything else.
-Span = tuple[int, int, tuple[int, int] | None]
-
-
-def far_blocks(lines: list[str], depth: int = 0) -> list[Span]:
-    """top_level_blocks in order, each container split (recursively, MAX_NESTING deep) into its
-    leading comments, its header, its members' blocks and its closing line."""
-    out: list[Span] = []
-    for start, end in top_level_blocks(lines):
-        found = _container(lines, start, end) if depth < MAX_NESTING else None
-        if found is None:
-            out.append((start, end, None))
-            continue
-        first, opened, closing, indent = found
-        if first > start:
-            out.append((start, first, None))  # the container's comments: scored as any block
-        out.append((first, opened, (first, end)))
-        inner = [
-            line[len(indent) :] if line.startswith(indent) else line
-            for line in lines[opened:closing]
-        ]
-        for s, e, owner in far_blocks(inner, depth + 1):
-            shifted = None if owner is None else (opened + owner[0], opened + owner[1])
-            out.append((opened + s, opened + e, shifted))
-        if closing < end:
-            out.append((closing, end, (first, end)))
-    return out
-
-
-def _container(lines: list[str], start: int, end: int) -> tuple[int, int, int, str] | None:
-    """(header's first line, members' first line, closing line, members' indentation) when
-    lines[start:end] is a container at least MIN_CONTAINER_LINES long whose members are
-    indented; the comments above the header are not part of it."""
-    if end - start < MIN_CONTAINER_LINES:
-        return None
-    first = start
-    while first < end and _COMMENT.match(lines[first]):
-        first += 1
-    opened = None
-    for i in range(first, min(end, first + MAX_HEADER_LINES)):
-        line = lines[i].rstrip()
-        if line.endswith("{"):
-            opened = i + 1
-            break
-        if not line or line.endswith((":", ";", "}")):
-            return None  # a statement or a Python block ended: no brace header here
-    if opened is None or not _CONTAINER.search(" ".join(lines[first:opened])):
-        return None
-    body = [i for i in range(opened, end) if lines[i].strip()]
-    indent = lines[body[0]][: len(lines[body[0]]) - len(lines[body[0]].lstrip())] if body else ""
-    if not indent:
-        return None
-    # The last line, when less indented than the members, closes the container (a far part cut
-    # at the near lines has none).
-    closing = body[-1] if not lines[body[-1]].startswith(indent) else end
-    return first, body[0], closing, indent  # blank lines after the `{`: the header's
 
 
 def _simple(lines: list[str], start: int, end: int) -> bool:
@@ -168,13 +89,9 @@ def _summary(
         return "", 0
     near_words = set(identifiers(near))
     typed = _typed_word(near)
-    spans = far_blocks(lines[:end])
     units = []
-    for start, stop, container in spans:
+    for start, stop in top_level_blocks(lines[:end]):
         text = "".join(line + "\n" for line in lines[start:stop])
-        if container is not None:  # scored below, from its members
-            units.append(Unit(key=f"{start:08d}", levels=(text, ""), score=0.0))
-            continue
         facts = _facts(text)
         score = jaccard(facts.words, near_words) + CLOSENESS_WEIGHT * stop / end
         if typed is not None and any(name.startswith(typed) for name in facts.defined):
@@ -182,15 +99,6 @@ def _summary(
         elif facts.defined & near_words:
             score += DEFINES_USED_NAME
         units.append(Unit(key=f"{start:08d}", levels=facts.levels, score=score))
-    # A container's header and closing line outlive its members: they score above the best.
-    for unit, (_, _, container) in zip(units, spans, strict=True):
-        if container is not None:
-            members = (
-                other.score
-                for other, (start, stop, owner) in zip(units, spans, strict=True)
-                if owner is None and container[0] <= start and stop <= container[1]
-            )
-            unit.score = max(members, default=0.0) + HEADER_MARGIN
     fitted = fit(_within_reach(units, budget), budget, counter.piece, refill=True)
     if fitted.tokens > budget:
         return "", 0

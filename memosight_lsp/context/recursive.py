@@ -38,7 +38,7 @@ def signature_summary(text: str) -> str:
     i = 0
     while i < len(lines):
         quotes = lines[i].count('"""') + lines[i].count("'''")
-        if in_string or not SIGNATURE.match(lines[i]) or not _annotates_a_header(lines, i):
+        if in_string or not SIGNATURE.match(lines[i]):
             in_string ^= quotes % 2 == 1
             i += 1
             continue
@@ -51,16 +51,6 @@ def signature_summary(text: str) -> str:
             kept.append(lines[i])
             i += 1
     return "\n".join(kept) + ("\n" if kept else "")
-
-
-def _annotates_a_header(lines: list[str], i: int) -> bool:
-    """False for a decorator or annotation line above something that is not a declaration (a
-    Java method's `@Override`): alone it says nothing. True for any other line."""
-    depth = 0  # a decorator's arguments may span lines
-    while i < len(lines) and (depth > 0 or lines[i].lstrip().startswith("@")):
-        depth += _bracket_depth(lines[i])
-        i += 1
-    return i < len(lines) and SIGNATURE.match(lines[i]) is not None
 
 
 def _bracket_depth(line: str) -> int:
