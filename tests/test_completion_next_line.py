@@ -1,7 +1,8 @@
 """A completion on a blank line never repeats the code right below it: when the model's line is
 the next line's (it skipped the one the person is about to write), the server decodes once more
-with another token where that line's code began (LocalBackend._skipped_line). The embedded model
-on real code (CPython's string.py, Formatter.vformat) where its greedy line is the next one."""
+with another token where that line's code began (pipeline/second_try.py `next_line`). The
+embedded model on real code (CPython's string.py, Formatter.vformat) where its greedy line is
+the next one."""
 
 from __future__ import annotations
 

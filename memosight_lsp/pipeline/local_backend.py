@@ -33,7 +33,7 @@ from memosight_lsp.inference.greedy import GreedyDecoder
 from memosight_lsp.inference.loading import LoadedModel, position_limit
 from memosight_lsp.inference.speculative import SpeculativeDecoder
 
-from . import alternatives, postprocess
+from . import alternatives, postprocess, second_try
 from .calibration import Calibrator
 from .healing import HealingConstraint, VocabularyText
 from .latency import MIN_CHUNK_TOKENS, LatencyBudget, PrefillRate, latency_budget
@@ -360,12 +360,35 @@ class LocalBackend:
 
         generation, raw, text = decoded(constraint, branches)
         self._observe_prefill(generation)
-        skipped = self._skipped_line(generation, raw, text, situation, constraint, generated_text)
+        vocabulary_size = int(self.loaded.model.config.vocab_size)
+        skipped = second_try.next_line(
+            generation, raw, text, situation, constraint, generated_text, vocabulary_size
+        )
         if skipped is not None:
             # The model wrote the line below instead of this one: its best other beginning of
             # the line, decoded once more (the prompt is in the buffer's cache by now).
             generation, raw, text = decoded(skipped, None)
             generation.stats["otherLineStart"] = True
+        else:
+            unmatched = second_try.closer(
+                generation,
+                raw,
+                situation,
+                multiline,
+                constraint,
+                lambda tokens: tokenizer.decode(list(tokens)),
+                healed,
+                self.vocabulary.pieces,
+            )
+            if unmatched is not None:
+                # The line was cut before a bracket that closes nothing: decoded once more
+                # without that bracket there, kept when it only adds to the line (the model
+                # may put another stray bracket earlier); the first's alternatives stay.
+                again, again_raw, again_text = decoded(unmatched, None)
+                if second_try.adds_to(text, again_text):
+                    again.alternatives = again.alternatives or generation.alternatives
+                    generation, raw, text = again, again_raw, again_text
+                    generation.stats["otherCloser"] = True
         if generation.stop_reason == "cancelled":
             text = ""
         elif generation.stop_reason == "time":  # cut short: up to its last whole line or word
@@ -392,39 +415,6 @@ class LocalBackend:
             stats=self._stats(request, generation, plan, prompt),
             alternatives=alternatives.distinct(text, others, request.alternatives),
         )
-
-    def _skipped_line(
-        self,
-        generation: Generation,
-        raw: str,
-        text: str,
-        situation: CursorSituation,
-        constraint: AllowedTokens | None,
-        generated_text: Callable[[Sequence[int]], str],
-    ) -> AllowedTokens | None:
-        """When a finished answer was dropped for repeating the next line
-        (postprocess.repeats_next_line), the constraint that makes a second decode take
-        another token where that line's code began (on top of `constraint`, the first decode's:
-        token healing); else None. Not after a cancelled or timed-out decode."""
-        tokens = list(generation.tokens)
-        if text or generation.stop_reason in ("cancelled", "time") or not tokens:
-            return None
-        if not postprocess.repeats_next_line(
-            postprocess.skip_blank_start(raw, situation), situation
-        ):
-            return None
-        # The first token that brings the line's code (the ones before: line breaks, indent).
-        start = next((k for k in range(len(tokens)) if generated_text(tokens[: k + 1]).strip()), 0)
-        head, banned = tokens[:start], tokens[start]
-        vocabulary = int(self.loaded.model.config.vocab_size)
-
-        def another_start(so_far: Sequence[int]) -> Sequence[int] | None:
-            allowed = constraint(so_far) if constraint is not None else None
-            if len(so_far) != start or list(so_far) != head:
-                return allowed
-            return [t for t in (range(vocabulary) if allowed is None else allowed) if t != banned]
-
-        return another_start
 
     def _partial_reporter(
         self,

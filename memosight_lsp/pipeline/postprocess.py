@@ -8,6 +8,7 @@ A decoding still under way is shown only up to a line or word end (`partial`).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from .open_brackets import (
     CLOSER_OF,
@@ -260,25 +261,62 @@ def drop_repetition(text: str) -> str:
     return text
 
 
-def finish(text: str, situation: CursorSituation, multiline: bool) -> str:
-    if not multiline:
-        text = skip_blank_start(text, situation)
-    if statement_in_expression(text, situation):
-        return ""
-    text = cut_loop(text)
+def after_indent(text: str, situation: CursorSituation) -> str:
+    """The text without what it writes before its first code when the cursor already sits after
+    the line's indentation: models write a line's indentation themselves, so keeping it would
+    indent the code twice."""
     if not situation.line_prefix.strip() and not text.startswith("\n"):
-        # The cursor already sits after the indentation; models write a line's indentation
-        # themselves, so what they add before the first code would indent it twice.
-        text = text.lstrip(" \t")
+        return text.lstrip(" \t")
+    return text
+
+
+@dataclass(frozen=True)
+class OneLine:
+    """A one-line completion's line before the closer rule, and where it starts in the model's
+    text."""
+
+    start: int
+    text: str
+
+
+def one_line(text: str, situation: CursorSituation) -> OneLine | None:
+    """The line a one-line completion answers, trimmed but not yet cut at a closer that matches
+    nothing; None when it starts a statement inside brackets (nothing to answer). Each step
+    only drops text before the line or after it, so the line is `text[start:start + len]`."""
+    answered = skip_blank_start(text, situation)
+    if statement_in_expression(answered, situation):
+        return None
+    line = cut_loop(answered)
+    kept = after_indent(line, situation)
+    start = len(text) - len(answered) + len(line) - len(kept)
+    return OneLine(start, drop_repetition(kept.split("\n", 1)[0]).rstrip())
+
+
+def cut_closer_at(text: str, situation: CursorSituation) -> int | None:
+    """Where `finish` cuts a one-line completion before a closing bracket that closes nothing
+    (cut_unmatched_closer): that bracket's offset in the model's text; None when it does not."""
+    line = one_line(text, situation)
+    if line is None:
+        return None
+    kept = cut_unmatched_closer(
+        line.text, situation.line_prefix, situation.line_may_close, situation.language
+    )
+    return None if len(kept) == len(line.text) else line.start + len(kept)
+
+
+def finish(text: str, situation: CursorSituation, multiline: bool) -> str:
     if multiline:
-        text = block_text(text, situation)
-        text = text.split("\n\n\n", 1)[0]
+        if statement_in_expression(text, situation):
+            return ""
+        text = after_indent(cut_loop(text), situation)
+        text = block_text(text, situation).split("\n\n\n", 1)[0]
+        text = drop_repetition(text).rstrip()
     else:
-        text = text.split("\n", 1)[0]
-    text = drop_repetition(text).rstrip()
-    if not multiline:
+        line = one_line(text, situation)
+        if line is None:
+            return ""
         text = cut_unmatched_closer(
-            text, situation.line_prefix, situation.line_may_close, situation.language
+            line.text, situation.line_prefix, situation.line_may_close, situation.language
         )
     text = remove_suffix_overlap(text, situation.line_suffix)
     if repeats_next_line(text, situation):

@@ -1,0 +1,131 @@
+"""One more decode when the post-processing threw the first answer away, or cut it, for a token
+the model could have chosen otherwise: the same prompt (in the buffer's cache by then) decoded
+again with that one choice taken away, so the model's next-best token goes there.
+
+- `next_line`: on a blank line the model wrote the code of the line below instead of this one
+  (postprocess.repeats_next_line): the answer is dropped; the second decode may not begin the
+  line's code with the same token.
+- `closer`: a one-line answer was cut before a closing bracket that closes nothing the line or
+  the code above opened (postprocess.cut_unmatched_closer: `source_location(loc)});` where only
+  a `(` is open): the person would be shown the line without its end. The second decode may not
+  put that bracket at that place, so `source_location(loc));` can follow.
+
+Each is at most one more decode of one request (no loop), and none follows a cancelled or
+timed-out decode. A second answer goes through the same post-processing; after `closer` it is
+kept only when it adds to the cut line (`adds_to`): the model may write another stray bracket
+before the first one's place, and a shorter line is no better.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from memosight_lsp.inference.decoder import AllowedTokens, Generation
+
+from . import postprocess
+from .policy import CursorSituation
+
+GeneratedText = Callable[[Sequence[int]], str]  # the answer's text of some generated tokens
+
+
+def finished(generation: Generation) -> bool:
+    """The decode ended by itself: no second try after a cancel or the request's time."""
+    return bool(generation.tokens) and generation.stop_reason not in ("cancelled", "time")
+
+
+def adds_to(first: str, second: str) -> bool:
+    """The second try's answer is the first one's line and more: the only kind kept, so the try
+    never shows less than the cut line did."""
+    return len(second) > len(first) and second.startswith(first)
+
+
+def banned_at(
+    head: Sequence[int],
+    banned: frozenset[int],
+    constraint: AllowedTokens | None,
+    vocabulary_size: int,
+) -> AllowedTokens:
+    """`constraint` (token healing, or None), and after exactly the tokens `head` none of
+    `banned`."""
+    head = list(head)
+
+    def allowed(so_far: Sequence[int]) -> Sequence[int] | None:
+        base = constraint(so_far) if constraint is not None else None
+        if len(so_far) != len(head) or list(so_far) != head:
+            return base
+        return [t for t in (range(vocabulary_size) if base is None else base) if t not in banned]
+
+    return allowed
+
+
+def next_line(
+    generation: Generation,
+    raw: str,
+    text: str,
+    situation: CursorSituation,
+    constraint: AllowedTokens | None,
+    generated_text: GeneratedText,
+    vocabulary_size: int,
+) -> AllowedTokens | None:
+    """After a finished answer dropped for repeating the next line, the constraint that makes the
+    second decode take another token where that line's code began; else None."""
+    if text or not finished(generation):
+        return None
+    if not postprocess.repeats_next_line(postprocess.skip_blank_start(raw, situation), situation):
+        return None
+    tokens = list(generation.tokens)
+    # The first token that brings the line's code (the ones before: line breaks, indent).
+    start = next((k for k in range(len(tokens)) if generated_text(tokens[: k + 1]).strip()), 0)
+    return banned_at(tokens[:start], frozenset({tokens[start]}), constraint, vocabulary_size)
+
+
+def closer(
+    generation: Generation,
+    raw: str,
+    situation: CursorSituation,
+    multiline: bool,
+    constraint: AllowedTokens | None,
+    decode: Callable[[Sequence[int]], str],
+    healed: str,
+    pieces: Sequence[str | None],
+) -> AllowedTokens | None:
+    """After a finished one-line answer cut before a closer that closes nothing, the constraint
+    under which the second decode writes no answer with the same text before that closer and
+    the closer there: whenever the text so far is the first answer's up to some place before
+    it, no token whose text would put the closer at its place (`}` alone, `)}` or `});`,
+    however the tokenizer splits it); else None. `decode`: the tokenizer's decode, whose text
+    starts with `healed` (the prompt's backed-off text, not part of the answer); `pieces`: each
+    token's text (healing.VocabularyText)."""
+    if multiline or not finished(generation):
+        return None
+    at = postprocess.cut_closer_at(raw, situation)
+    if at is None:
+        return None
+    bracket = raw[at]
+    before = raw[:at]
+    # Tokens whose text holds the bracket, found once; then per offset into a token's text the
+    # ones with the bracket there, and the tokens left when nothing else constrains the step.
+    holders = [(t, p) for t, p in enumerate(pieces) if p is not None and bracket in p]
+    every = range(len(pieces))
+    by_offset: dict[int, tuple[frozenset[int], list[int] | None]] = {}
+
+    def at_offset(into: int) -> tuple[frozenset[int], list[int] | None]:
+        if into not in by_offset:
+            banned = frozenset(t for t, p in holders if len(p) > into and p[into] == bracket)
+            by_offset[into] = (banned, [t for t in every if t not in banned] if banned else None)
+        return by_offset[into]
+
+    def allowed(so_far: Sequence[int]) -> Sequence[int] | None:
+        base = constraint(so_far) if constraint is not None else None
+        text = decode(list(so_far))
+        if len(text) < len(healed):
+            return base
+        text = text[len(healed) :]
+        if not before.startswith(text):
+            return base  # the answer went another way: nothing to keep it from
+        banned, rest = at_offset(len(before) - len(text))
+        if not banned:
+            return base
+        return rest if base is None else [t for t in base if t not in banned]
+
+    return allowed
