@@ -117,8 +117,8 @@ def test_no_second_try_after_a_cancel_or_without_a_cut(embedded):
 @pytest.mark.slow
 def test_qwen_writes_the_closing_bracket_the_line_needs():
     """Over prompt budgets that show the model more or less of parser.hpp, some make its first
-    line close a `{` nobody opened; those are decoded again, and the answer is a whole statement
-    with no stray bracket, the same with plain greedy and speculative decoding."""
+    line close a `{` nobody opened; those are decoded again, and the answer is the cut line and
+    more, with no stray bracket, the same with plain greedy and speculative decoding."""
     from engines import QWEN_GGUF, need
 
     from memosight_lsp.bench import corpora
@@ -132,7 +132,7 @@ def test_qwen_writes_the_closing_bracket_the_line_needs():
         pytest.skip(f"toml11 cannot be fetched here: {err}")
     path = next(root.rglob("parser.hpp"))
     lines = path.read_text().split("\n")
-    row = next(i for i, line in enumerate(lines) if line.strip() == "source_location(loc));")
+    row = 1 + next(i for i, line in enumerate(lines) if "[0x00..0x10FFFF]" in line)
     column = len(lines[row]) - len(lines[row].lstrip())
     text = "\n".join([*lines[:row], lines[row][:column], *lines[row + 1 :]])
 
@@ -155,13 +155,14 @@ def test_qwen_writes_the_closing_bracket_the_line_needs():
     again = []
     for budget in (512, 640, 768, 896, 1024):
         completion = engine.complete(request(budget, plain=True))
-        if completion.stats.get("otherCloser"):
+        cut = completion.stats.get("otherCloser")
+        if cut is not None:
             again.append(budget)
             line = completion.text
-            assert line.endswith(";"), (budget, line)
+            assert line.startswith(cut) and len(line) > len(cut), (budget, cut, line)
             assert cut_unmatched_closer(line, "", ")", "cpp") == line, (budget, line)
     assert again, "no budget made the model write a stray closing bracket"
     for budget in again:  # the buffer's decoder, its kept cache serving the second decode
         speculative = engine.complete(request(budget, plain=False))
-        assert speculative.stats.get("otherCloser") is True
+        assert speculative.stats.get("otherCloser") is not None
         assert speculative.text == engine.complete(request(budget, plain=True)).text

@@ -343,14 +343,16 @@ class LocalBackend:
             )
 
         def decoded(
-            allowed: AllowedTokens | None, branch_rules: BranchRules | None
+            allowed: AllowedTokens | None,
+            branch_rules: BranchRules | None,
+            decode_rules: StopRules = rules,
         ) -> tuple[Generation, str, str]:
             """The generation, its raw text and the text to show."""
             # Per-buffer decoders keep the KV cache and last suggestion of each buffer.
             generation = decode(
                 self.loaded.model,
                 prompt_ids,
-                rules,
+                decode_rules,
                 allowed_tokens=allowed,
                 buffer_id=request.buffer_id,
                 branches=branch_rules,
@@ -382,13 +384,19 @@ class LocalBackend:
             )
             if unmatched is not None:
                 # The line was cut before a bracket that closes nothing: decoded once more
-                # without that bracket there, kept when it only adds to the line (the model
-                # may put another stray bracket earlier); the first's alternatives stay.
-                again, again_raw, again_text = decoded(unmatched, None)
-                if second_try.adds_to(text, again_text):
+                # without that bracket there, kept when it ends by itself and adds to the line
+                # (the model may stray earlier); the first's alternatives stay.
+                def shown_of(tokens: Sequence[int]) -> str:
+                    return postprocess.partial(generated_text(tokens), situation, multiline)
+
+                again_rules = replace(
+                    rules, progress=second_try.progress_beyond(text, rules.progress, shown_of)
+                )
+                again, again_raw, again_text = decoded(unmatched, None, again_rules)
+                if second_try.finished(again) and second_try.adds_to(text, again_text):
                     again.alternatives = again.alternatives or generation.alternatives
+                    again.stats["otherCloser"] = text  # the cut line it adds to
                     generation, raw, text = again, again_raw, again_text
-                    generation.stats["otherCloser"] = True
         if generation.stop_reason == "cancelled":
             text = ""
         elif generation.stop_reason == "time":  # cut short: up to its last whole line or word

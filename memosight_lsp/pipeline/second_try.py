@@ -39,6 +39,24 @@ def adds_to(first: str, second: str) -> bool:
     return len(second) > len(first) and second.startswith(first)
 
 
+def progress_beyond(
+    first: str,
+    progress: Callable[[Sequence[int]], None] | None,
+    shown: GeneratedText,
+) -> Callable[[Sequence[int]], None] | None:
+    """The second decode's progress callback (StopRules.progress): it hands on only what shows
+    a line that begins with the first answer's cut one (`shown`: the text a partial answer
+    would show), so a person is never shown a line the second try would not keep."""
+    if progress is None:
+        return None
+
+    def report(tokens: Sequence[int]) -> None:
+        if shown(tokens).startswith(first):
+            progress(tokens)
+
+    return report
+
+
 def banned_at(
     head: Sequence[int],
     banned: frozenset[int],
