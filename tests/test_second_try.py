@@ -74,7 +74,7 @@ def constraint_for(loaded, raw: str, stop_reason: str = "eos"):
         None,
         lambda ids: tokenizer.decode(list(ids)),
         "",
-        pieces,
+        lambda: pieces,
     )
     return allowed, tokens, pieces
 

@@ -380,7 +380,7 @@ class LocalBackend:
                 constraint,
                 lambda tokens: tokenizer.decode(list(tokens)),
                 healed,
-                self.vocabulary.pieces,
+                lambda: self.vocabulary.pieces,
             )
             if unmatched is not None:
                 # The line was cut before a bracket that closes nothing: decoded once more

@@ -57,6 +57,11 @@ def progress_beyond(
     return report
 
 
+def without(base: Sequence[int] | None, banned: frozenset[int], vocabulary_size: int) -> list[int]:
+    """The tokens `base` allows (every one when None) but those of `banned`."""
+    return [t for t in (range(vocabulary_size) if base is None else base) if t not in banned]
+
+
 def banned_at(
     head: Sequence[int],
     banned: frozenset[int],
@@ -71,7 +76,7 @@ def banned_at(
         base = constraint(so_far) if constraint is not None else None
         if len(so_far) != len(head) or list(so_far) != head:
             return base
-        return [t for t in (range(vocabulary_size) if base is None else base) if t not in banned]
+        return without(base, banned, vocabulary_size)
 
     return allowed
 
@@ -105,32 +110,33 @@ def closer(
     constraint: AllowedTokens | None,
     decode: Callable[[Sequence[int]], str],
     healed: str,
-    pieces: Sequence[str | None],
+    vocabulary: Callable[[], Sequence[str | None]],
 ) -> AllowedTokens | None:
     """After a finished one-line answer cut before a closer that closes nothing, the constraint
     under which the second decode writes no answer with the same text before that closer and
     the closer there: whenever the text so far is the first answer's up to some place before
     it, no token whose text would put the closer at its place (`}` alone, `)}` or `});`,
     however the tokenizer splits it); else None. `decode`: the tokenizer's decode, whose text
-    starts with `healed` (the prompt's backed-off text, not part of the answer); `pieces`: each
-    token's text (healing.VocabularyText)."""
+    starts with `healed` (the prompt's backed-off text, not part of the answer); `vocabulary`:
+    each token's text (healing.VocabularyText), asked for only when there is a cut: building it
+    takes a moment, and most answers have none."""
     if multiline or not finished(generation):
         return None
     at = postprocess.cut_closer_at(raw, situation)
     if at is None:
         return None
+    pieces = vocabulary()
     bracket = raw[at]
     before = raw[:at]
     # Tokens whose text holds the bracket, found once; then per offset into a token's text the
     # ones with the bracket there, and the tokens left when nothing else constrains the step.
     holders = [(t, p) for t, p in enumerate(pieces) if p is not None and bracket in p]
-    every = range(len(pieces))
     by_offset: dict[int, tuple[frozenset[int], list[int] | None]] = {}
 
     def at_offset(into: int) -> tuple[frozenset[int], list[int] | None]:
         if into not in by_offset:
             banned = frozenset(t for t, p in holders if len(p) > into and p[into] == bracket)
-            by_offset[into] = (banned, [t for t in every if t not in banned] if banned else None)
+            by_offset[into] = (banned, without(None, banned, len(pieces)) if banned else None)
         return by_offset[into]
 
     def allowed(so_far: Sequence[int]) -> Sequence[int] | None:
@@ -144,6 +150,6 @@ def closer(
         banned, rest = at_offset(len(before) - len(text))
         if not banned:
             return base
-        return rest if base is None else [t for t in base if t not in banned]
+        return rest if base is None else without(base, banned, len(pieces))
 
     return allowed
