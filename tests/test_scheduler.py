@@ -92,6 +92,65 @@ def test_request_joins_and_promotes_a_precompute(scheduler):
     assert blocker.future.result(5) and joined.future.result(5) == "next"
 
 
+def test_a_request_takes_the_result_of_a_reusable_job_that_just_finished(scheduler):
+    # The precompute ended between the caller's look at its cache and this request: the
+    # request takes its result instead of running the work once more.
+    pre = scheduler.submit(
+        "b", lambda c: "next", kind="precompute", key="after-accept", reusable=bool
+    )
+    assert pre.future.result(5) == "next"
+    ran = []
+    joined = scheduler.submit("b", lambda c: ran.append("ran") or "fresh", key="after-accept")
+    assert joined is pre and joined.future.result(5) == "next" and ran == []
+
+
+@pytest.mark.parametrize(
+    "reusable, result, other_key_first",
+    [(None, "next", False), (bool, "", False), (bool, "next", True)],
+    ids=["not-reusable", "result-refused", "another-request-since"],
+)
+def test_a_finished_job_is_run_again_when_it_may_not_be_reused(
+    scheduler, reusable, result, other_key_first
+):
+    done = scheduler.submit("b", lambda c: result, kind="precompute", key="k", reusable=reusable)
+    assert done.future.result(5) == result
+    if other_key_first:
+        assert scheduler.submit("b", lambda c: "other", key="other").future.result(5) == "other"
+    fresh = scheduler.submit("b", lambda c: "fresh", key="k")
+    assert fresh is not done and fresh.future.result(5) == "fresh"
+
+
+def test_a_session_that_ends_leaves_no_result_to_the_next(scheduler):
+    done = scheduler.submit("b", lambda c: "old session's", key="k", reusable=bool)
+    assert done.future.result(5) == "old session's"
+    scheduler.cancel_all()
+    assert scheduler.submit("b", lambda c: "fresh", key="k").future.result(5) == "fresh"
+
+
+def test_a_cancelled_or_failed_job_is_not_reused(scheduler):
+    def failing(cancelled):
+        raise ValueError("boom")
+
+    failed = scheduler.submit("b", failing, key="k", reusable=bool)
+    with pytest.raises(ValueError):
+        failed.future.result(5)
+    assert scheduler.submit("b", lambda c: "fresh", key="k").future.result(5) == "fresh"
+
+    started = threading.Event()
+
+    def until_cancelled(cancelled):
+        started.set()
+        while not cancelled():
+            time.sleep(0.005)
+        return "cut short"  # a result the test would take: the cancel alone refuses it
+
+    stopped = scheduler.submit("c", until_cancelled, key="k", reusable=bool)
+    assert started.wait(5)
+    stopped.cancel()
+    assert stopped.future.result(5) == "cut short"
+    assert scheduler.submit("c", lambda c: "fresh", key="k").future.result(5) == "fresh"
+
+
 def test_requests_run_before_precomputes_and_control_first(scheduler):
     gate = threading.Event()
     order: list[str] = []

@@ -305,6 +305,7 @@ class CompletionFlow:
             key=key,
             delay_s=completion_settings.debounce_ms / 1000,
             give_up_s=give_up_s(settings),
+            reusable=has_text,
         )
         job.future.add_done_callback(lambda _: self._early.pop(key, None))
         try:
@@ -547,8 +548,16 @@ class CompletionFlow:
             kind="precompute",
             key=key,
             give_up_s=give_up_s(settings),
+            reusable=has_text,
         )
         job.future.add_done_callback(lambda _: self._early.pop(key, None))
+
+
+def has_text(completion: Completion | None) -> bool:
+    """Whether a finished model job's answer may serve a request at the same buffer state that
+    arrives after it ended (the scheduler's `reusable`): an empty answer is not replayed, the
+    request asks again (a failed engine may be back; `_known_empty` covers the rest)."""
+    return completion is not None and bool(completion.text)
 
 
 def give_up_s(settings: Settings) -> float:

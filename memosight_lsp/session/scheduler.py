@@ -11,7 +11,10 @@ request cancels every precompute and pre-warm (they are guesses about what the u
 and must not delay what the user does now); a precompute or pre-warm cancels the older one of its
 kind for the same buffer. A request whose key equals a live job's key (the same buffer state: an
 inline and a fallback request at one cursor, or the precompute the user just caught up with)
-joins that job instead of starting a new one.
+joins that job instead of starting a new one. So does a request whose key equals that of the
+buffer's last finished job when the job was submitted `reusable` and its result passes that
+test: the caller looks for a finished job's result (the type-through cache) before it plans
+and submits a request, and a job that ends in between would otherwise be run once more.
 
 A request that has answered early (its first-response deadline) and decodes on for the
 type-through cache calls `demote_current()`: it is a precompute from then on, so the next request
@@ -69,6 +72,8 @@ class Job:
     give_up_s: float | None = None  # abandoned this long after it starts (None: never)
     timing: bool = False  # it times the model: the process's other work waits for it (urgent)
     give_up_at: float = math.inf  # time.monotonic() once started
+    # Whether a request with this key may take the result once the job has finished (None: no).
+    reusable: Callable[[Any], bool] | None = None
     _cancel: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -103,6 +108,7 @@ class Scheduler:
         self._stuck: list[threading.Thread] = []  # abandoned workers, maybe still running
         self._started = False
         self.current: Job | None = None
+        self._finished: dict[str, Job] = {}  # buffer -> its last reusable job that finished
         self.abandoned = 0  # jobs abandoned so far
 
     def _new_worker(self) -> threading.Thread:
@@ -134,9 +140,11 @@ class Scheduler:
         delay_s: float = 0.0,
         give_up_s: float | None = None,
         timing: bool = False,
+        reusable: Callable[[Any], bool] | None = None,
     ) -> Job:
         """Queue `work` (see the module doc); `give_up_s`: abandon it that long after it starts;
-        `timing`: it times the model, so it counts as urgent whatever its kind."""
+        `timing`: it times the model, so it counts as urgent whatever its kind; `reusable`:
+        whether a request with the same key may take its result after it finished."""
         with self._cond:
             joined = self._join(buffer_id, kind, key)
             if joined is not None:
@@ -156,6 +164,7 @@ class Scheduler:
                 not_before=time.monotonic() + max(0.0, delay_s),
                 give_up_s=give_up_s,
                 timing=timing,
+                reusable=reusable,
             )
             if self._wedged_locked():
                 job.future.set_exception(
@@ -184,6 +193,14 @@ class Scheduler:
                 job.kind = "request" if job.kind == "precompute" else job.kind
                 job.waiters += 1
             return job
+        finished = self._finished.get(buffer_id)
+        if (
+            kind == "request"
+            and finished is not None
+            and finished.key == key
+            and _reusable(finished)
+        ):
+            return finished
         return None
 
     def cancel_buffer(
@@ -193,6 +210,8 @@ class Scheduler:
             self._cancel_locked(buffer_id, kinds)
 
     def _cancel_locked(self, buffer_id: str, kinds: tuple[str, ...]) -> None:
+        if "request" in kinds:
+            self._finished.pop(buffer_id, None)
         for job in [*self._jobs, self.current]:
             if job is not None and job.buffer_id == buffer_id and job.kind in kinds:
                 job.cancel()
@@ -213,8 +232,10 @@ class Scheduler:
 
     def cancel_all(self) -> None:
         """Cancel every request, precompute and pre-warm (a session that ends: its editor is
-        gone); control jobs (a model load under way) go on."""
+        gone); control jobs (a model load under way) go on. No result of this session's is
+        taken by the next one's requests."""
         with self._cond:
+            self._finished.clear()
             for job in [*self._jobs, self.current]:
                 if job is not None and job.kind != "control":
                     job.cancel()
@@ -303,6 +324,8 @@ class Scheduler:
             finally:
                 with self._cond:
                     replaced = threading.current_thread() is not self._thread
+                    if job.reusable is not None and job.key is not None:
+                        self._finished[job.buffer_id] = job
                     if not replaced:
                         self.current = None
                         self._cond.notify_all()  # work waiting for a calm worker (wait_calm)
@@ -361,6 +384,15 @@ class Scheduler:
             self.on_idle()
         except Exception:  # housekeeping: the worker goes on whatever happens
             log.exception("idle work failed")
+
+
+def _reusable(job: Job) -> bool:
+    """A finished job whose result another request may take: it ran to its end, uncancelled,
+    and its result passes the job's own test."""
+    future = job.future
+    if job.reusable is None or job.cancelled or not future.done() or future.cancelled():
+        return False
+    return future.exception() is None and job.reusable(future.result())
 
 
 def _resolve(job: Job, result: Any) -> None:
