@@ -2,14 +2,19 @@
 the next line's (it skipped the one the person is about to write), the server decodes once more
 with another token where that line's code began (pipeline/second_try.py `next_line`). The
 embedded model on real code (CPython's string.py, Formatter.vformat) where its greedy line is
-the next one."""
+the next one; and the second decode's constraint over the embedded tokenizer's whole
+vocabulary."""
 
 from __future__ import annotations
 
 import pytest
 
+from memosight_lsp.inference.decoder import Generation
 from memosight_lsp.inference.loading import load_model
+from memosight_lsp.pipeline import second_try
+from memosight_lsp.pipeline.healing import VocabularyText
 from memosight_lsp.pipeline.local_backend import LocalBackend
+from memosight_lsp.pipeline.policy import describe_cursor
 from memosight_lsp.pipeline.request import CompletionRequest
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -100,3 +105,45 @@ def test_a_line_like_the_next_one_is_decoded_again_from_another_start():
         speculative = engine.complete(request(budget, plain=False))
         assert speculative.stats.get("otherLineStart") is True
         assert speculative.text == engine.complete(request(budget)).text
+
+
+def test_the_second_decode_may_not_begin_with_the_same_code_however_it_is_split():
+    """While the answer is only line breaks and indentation, or its code so far begins the first
+    decode's opening word, every token that would make the code begin with that word is taken
+    away (` return`, `return` after a token of more indentation, `urn` after `ret`), and only
+    those: more indentation, and other words, stay. Once the code has gone another way, nothing
+    is."""
+    loaded = load_model(None)
+    tokenizer = loaded.tokenizer
+    above, below = CODE[: CODE.index(CUT)] + "        ", "\n" + CODE[CODE.index(CUT) + len(CUT) :]
+    situation = describe_cursor(above, below, language="python")
+    raw = "return result\n"
+    tokens = tokenizer.encode(raw, add_special_tokens=False)
+    generation = Generation(tokens=tokens, prompt_tokens=1, stop_reason="eos")
+    pieces = VocabularyText(tokenizer).pieces
+
+    def text_of(ids):
+        return tokenizer.decode(list(ids))
+
+    allowed = second_try.next_line(generation, raw, "", situation, None, text_of, lambda: pieces)
+    assert allowed is not None
+    checked = 0
+    for head in ("", "  ", "\n        ", "ret"):
+        ids = tokenizer.encode(head, add_special_tokens=False) if head else []
+        assert text_of(ids) == head
+        kept = set(allowed(ids))
+        code = head.lstrip()
+        for token, piece in enumerate(pieces):
+            if piece is None:
+                continue
+            begins = (code + piece if code else piece.lstrip()).startswith("return")
+            assert (token in kept) is not begins, (head, piece)
+            checked += begins
+    assert checked >= 4, "no token was taken away"
+    assert allowed(tokenizer.encode("res", add_special_tokens=False)) is None
+    # Nothing to retry: an answer that was kept, or one cut short.
+    assert (
+        second_try.next_line(generation, raw, "x", situation, None, text_of, lambda: pieces) is None
+    )
+    cut = Generation(tokens=tokens, prompt_tokens=1, stop_reason="time")
+    assert second_try.next_line(cut, raw, "", situation, None, text_of, lambda: pieces) is None

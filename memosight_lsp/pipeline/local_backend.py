@@ -362,9 +362,14 @@ class LocalBackend:
 
         generation, raw, text = decoded(constraint, branches)
         self._observe_prefill(generation)
-        vocabulary_size = int(self.loaded.model.config.vocab_size)
         skipped = second_try.next_line(
-            generation, raw, text, situation, constraint, generated_text, vocabulary_size
+            generation,
+            raw,
+            text,
+            situation,
+            constraint,
+            generated_text,
+            lambda: self.vocabulary.pieces,
         )
         if skipped is not None:
             # The model wrote the line below instead of this one: its best other beginning of

@@ -4,7 +4,8 @@ again with that one choice taken away, so the model's next-best token goes there
 
 - `next_line`: on a blank line the model wrote the code of the line below instead of this one
   (postprocess.repeats_next_line): the answer is dropped; the second decode may not begin the
-  line's code with the same token.
+  line's code with the same text (`return`, however the tokenizer gets there: ` return`, more
+  indentation and `return`, `ret` + `urn`).
 - `closer`: a one-line answer was cut before a closing bracket that closes nothing the line or
   the code above opened (postprocess.cut_unmatched_closer: `source_location(loc)});` where only
   a `(` is open): the person would be shown the line without its end. The second decode may not
@@ -62,25 +63,6 @@ def without(base: Sequence[int] | None, banned: frozenset[int], vocabulary_size:
     return [t for t in (range(vocabulary_size) if base is None else base) if t not in banned]
 
 
-def banned_at(
-    head: Sequence[int],
-    banned: frozenset[int],
-    constraint: AllowedTokens | None,
-    vocabulary_size: int,
-) -> AllowedTokens:
-    """`constraint` (token healing, or None), and after exactly the tokens `head` none of
-    `banned`."""
-    head = list(head)
-
-    def allowed(so_far: Sequence[int]) -> Sequence[int] | None:
-        base = constraint(so_far) if constraint is not None else None
-        if len(so_far) != len(head) or list(so_far) != head:
-            return base
-        return without(base, banned, vocabulary_size)
-
-    return allowed
-
-
 def next_line(
     generation: Generation,
     raw: str,
@@ -88,10 +70,15 @@ def next_line(
     situation: CursorSituation,
     constraint: AllowedTokens | None,
     generated_text: GeneratedText,
-    vocabulary_size: int,
+    vocabulary: Callable[[], Sequence[str | None]],
 ) -> AllowedTokens | None:
-    """After a finished answer dropped for repeating the next line, the constraint that makes the
-    second decode take another token where that line's code began; else None."""
+    """After a finished answer dropped for repeating the next line, the constraint under which
+    the second decode begins the line's code another way; else None. While the answer is only
+    line breaks and indentation, or its code so far is the start of the first decode's opening
+    token (`return` from ` return`), no token may make the code begin with that token's text:
+    banning the one token alone let the model write the same line after one more space (a token
+    of more indentation, then ` return`), which is dropped again and leaves the person nothing.
+    `vocabulary`: each token's text, asked for only when there is a second try."""
     if text or not finished(generation):
         return None
     if not postprocess.repeats_next_line(postprocess.skip_blank_start(raw, situation), situation):
@@ -99,7 +86,34 @@ def next_line(
     tokens = list(generation.tokens)
     # The first token that brings the line's code (the ones before: line breaks, indent).
     start = next((k for k in range(len(tokens)) if generated_text(tokens[: k + 1]).strip()), 0)
-    return banned_at(tokens[:start], frozenset({tokens[start]}), constraint, vocabulary_size)
+    opening = generated_text(tokens[: start + 1]).strip()
+    if not opening:
+        return None
+    pieces = vocabulary()
+    by_code: dict[str, tuple[frozenset[int], list[int]]] = {}
+
+    def at_code(code: str) -> tuple[frozenset[int], list[int]]:
+        """The tokens that would make code written so far (`code`) begin with `opening`."""
+        if code not in by_code:
+            banned = frozenset(
+                t
+                for t, p in enumerate(pieces)
+                if p is not None and (code + p if code else p.lstrip()).startswith(opening)
+            )
+            by_code[code] = (banned, without(None, banned, len(pieces)))
+        return by_code[code]
+
+    def allowed(so_far: Sequence[int]) -> Sequence[int] | None:
+        base = constraint(so_far) if constraint is not None else None
+        code = generated_text(so_far).lstrip()
+        if not opening.startswith(code) or len(code) >= len(opening):
+            return base  # the code went another way: nothing to keep it from
+        banned, rest = at_code(code)
+        if not banned:
+            return base
+        return rest if base is None else without(base, banned, len(pieces))
+
+    return allowed
 
 
 def closer(
