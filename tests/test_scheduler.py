@@ -120,6 +120,24 @@ def test_a_finished_job_is_run_again_when_it_may_not_be_reused(
     assert fresh is not done and fresh.future.result(5) == "fresh"
 
 
+def test_a_cancelled_job_leaves_the_last_finished_one_in_place(scheduler):
+    done = scheduler.submit("b", lambda c: "whole", kind="precompute", key="k", reusable=bool)
+    assert done.future.result(5) == "whole"
+    started = threading.Event()
+
+    def until_cancelled(cancelled):
+        started.set()
+        while not cancelled():
+            time.sleep(0.005)
+        return "cut short"
+
+    guess = scheduler.submit("b", until_cancelled, kind="precompute", key="g", reusable=bool)
+    assert started.wait(5)
+    guess.cancel()  # while it runs: it returns, cut short
+    assert guess.future.result(5) == "cut short"
+    assert scheduler.submit("b", lambda c: "fresh", key="k") is done
+
+
 def test_a_session_that_ends_leaves_no_result_to_the_next(scheduler):
     done = scheduler.submit("b", lambda c: "old session's", key="k", reusable=bool)
     assert done.future.result(5) == "old session's"

@@ -324,7 +324,9 @@ class Scheduler:
             finally:
                 with self._cond:
                     replaced = threading.current_thread() is not self._thread
-                    if job.reusable is not None and job.key is not None:
+                    # Kept for a late request with its key: the last job that ran whole.
+                    ran_whole = not (replaced or job.cancelled)
+                    if ran_whole and job.reusable is not None and job.key is not None:
                         self._finished[job.buffer_id] = job
                     if not replaced:
                         self.current = None
