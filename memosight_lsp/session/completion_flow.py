@@ -305,7 +305,9 @@ class CompletionFlow:
             key=key,
             delay_s=completion_settings.debounce_ms / 1000,
             give_up_s=give_up_s(settings),
-            reusable=has_text,
+            # A late request may take its answer as the type-through cache would have served
+            # it; with type-through off every request runs the model.
+            reusable=has_text if completion_settings.type_through else None,
         )
         job.future.add_done_callback(lambda _: self._early.pop(key, None))
         try:
