@@ -28,6 +28,19 @@ def blocking_work(started: threading.Event, log: list, name: str):
     return work
 
 
+def cut_short_work(started: threading.Event):
+    """Work that runs until cancelled, then returns a result anyway (as a decoder returns what
+    it verified)."""
+
+    def work(cancelled):
+        started.set()
+        while not cancelled():
+            time.sleep(0.005)
+        return "cut short"
+
+    return work
+
+
 def test_runs_jobs_off_the_calling_thread(scheduler):
     job = scheduler.submit("b", lambda cancelled: threading.current_thread().name)
     assert job.future.result(5) == "memosight-model"
@@ -124,14 +137,9 @@ def test_a_cancelled_job_leaves_the_last_finished_one_in_place(scheduler):
     done = scheduler.submit("b", lambda c: "whole", kind="precompute", key="k", reusable=bool)
     assert done.future.result(5) == "whole"
     started = threading.Event()
-
-    def until_cancelled(cancelled):
-        started.set()
-        while not cancelled():
-            time.sleep(0.005)
-        return "cut short"
-
-    guess = scheduler.submit("b", until_cancelled, kind="precompute", key="g", reusable=bool)
+    guess = scheduler.submit(
+        "b", cut_short_work(started), kind="precompute", key="g", reusable=bool
+    )
     assert started.wait(5)
     guess.cancel()  # while it runs: it returns, cut short
     assert guess.future.result(5) == "cut short"
@@ -154,15 +162,8 @@ def test_a_cancelled_or_failed_job_is_not_reused(scheduler):
         failed.future.result(5)
     assert scheduler.submit("b", lambda c: "fresh", key="k").future.result(5) == "fresh"
 
-    started = threading.Event()
-
-    def until_cancelled(cancelled):
-        started.set()
-        while not cancelled():
-            time.sleep(0.005)
-        return "cut short"  # a result the test would take: the cancel alone refuses it
-
-    stopped = scheduler.submit("c", until_cancelled, key="k", reusable=bool)
+    started = threading.Event()  # its result passes the test: the cancel alone refuses it
+    stopped = scheduler.submit("c", cut_short_work(started), key="k", reusable=bool)
     assert started.wait(5)
     stopped.cancel()
     assert stopped.future.result(5) == "cut short"
