@@ -58,9 +58,25 @@ def progress_beyond(
     return report
 
 
-def without(base: Sequence[int] | None, banned: frozenset[int], vocabulary_size: int) -> list[int]:
-    """The tokens `base` allows (every one when None) but those of `banned`."""
-    return [t for t in (range(vocabulary_size) if base is None else base) if t not in banned]
+class Ban:
+    """Tokens taken away at one step of a second decode, from whatever else constrains that
+    step. The list of every other token is built once, when a step has no other constraint,
+    and kept: both constraints below meet the same ban at many steps."""
+
+    def __init__(self, banned: frozenset[int], vocabulary_size: int) -> None:
+        self.banned = banned
+        self.vocabulary_size = vocabulary_size
+        self._rest: list[int] | None = None
+
+    def apply(self, base: Sequence[int] | None) -> Sequence[int] | None:
+        """The tokens `base` allows (every one when None) but the banned ones."""
+        if not self.banned:
+            return base
+        if base is not None:
+            return [t for t in base if t not in self.banned]
+        if self._rest is None:
+            self._rest = [t for t in range(self.vocabulary_size) if t not in self.banned]
+        return self._rest
 
 
 def next_line(
@@ -90,9 +106,9 @@ def next_line(
     if not opening:
         return None
     pieces = vocabulary()
-    by_code: dict[str, tuple[frozenset[int], list[int]]] = {}
+    by_code: dict[str, Ban] = {}
 
-    def at_code(code: str) -> tuple[frozenset[int], list[int]]:
+    def at_code(code: str) -> Ban:
         """The tokens that would make code written so far (`code`) begin with `opening`."""
         if code not in by_code:
             banned = frozenset(
@@ -100,7 +116,7 @@ def next_line(
                 for t, p in enumerate(pieces)
                 if p is not None and (code + p if code else p.lstrip()).startswith(opening)
             )
-            by_code[code] = (banned, without(None, banned, len(pieces)))
+            by_code[code] = Ban(banned, len(pieces))
         return by_code[code]
 
     def allowed(so_far: Sequence[int]) -> Sequence[int] | None:
@@ -108,10 +124,7 @@ def next_line(
         code = generated_text(so_far).lstrip()
         if not opening.startswith(code) or len(code) >= len(opening):
             return base  # the code went another way: nothing to keep it from
-        banned, rest = at_code(code)
-        if not banned:
-            return base
-        return rest if base is None else without(base, banned, len(pieces))
+        return at_code(code).apply(base)
 
     return allowed
 
@@ -143,14 +156,14 @@ def closer(
     bracket = raw[at]
     before = raw[:at]
     # Tokens whose text holds the bracket, found once; then per offset into a token's text the
-    # ones with the bracket there, and the tokens left when nothing else constrains the step.
+    # ones with the bracket there.
     holders = [(t, p) for t, p in enumerate(pieces) if p is not None and bracket in p]
-    by_offset: dict[int, tuple[frozenset[int], list[int] | None]] = {}
+    by_offset: dict[int, Ban] = {}
 
-    def at_offset(into: int) -> tuple[frozenset[int], list[int] | None]:
+    def at_offset(into: int) -> Ban:
         if into not in by_offset:
             banned = frozenset(t for t, p in holders if len(p) > into and p[into] == bracket)
-            by_offset[into] = (banned, without(None, banned, len(pieces)) if banned else None)
+            by_offset[into] = Ban(banned, len(pieces))
         return by_offset[into]
 
     def allowed(so_far: Sequence[int]) -> Sequence[int] | None:
@@ -161,9 +174,6 @@ def closer(
         text = text[len(healed) :]
         if not before.startswith(text):
             return base  # the answer went another way: nothing to keep it from
-        banned, rest = at_offset(len(before) - len(text))
-        if not banned:
-            return base
-        return rest if base is None else without(base, banned, len(pieces))
+        return at_offset(len(before) - len(text)).apply(base)
 
     return allowed
