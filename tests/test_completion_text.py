@@ -60,6 +60,73 @@ def test_unmatched_closer_is_cut():
     assert finish(" + 1) * 2", s, multiline=False) == " + 1"
 
 
+@pytest.mark.parametrize(
+    ("before", "after", "language", "closes"),
+    [
+        ("    append(", ");", "java", True),  # an editor's auto-closed pair
+        ("    f(", "bar)", "python", True),  # typed in front of an argument
+        ("    f(g(", "))", "python", True),
+        ('    print("(', '")', "python", True),  # the `(` in the string is text
+        ("    f(", "", "python", False),  # nothing after the cursor
+        ("    f(a) + ", "", "python", False),  # nothing open at the cursor
+        ("    x = [", ")", "python", False),  # closes another bracket
+        ("    f(", ")  # (", "python", True),
+        ("    f(  // (", ")", "cpp", False),  # the cursor is in a comment
+    ],
+)
+def test_the_code_after_the_cursor_may_close_the_bracket_open_at_it(
+    before, after, language, closes
+):
+    assert describe_cursor(before, after, language=language).suffix_closes_bracket is closes
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "language", "raw", "expected"),
+    [
+        # cobra's tests: the editor's `)` follows; the model's `) {` would close it twice.
+        ("func TestNormPassedOnLocal(", ")", "go", "t *testing.T) {", "t *testing.T"),
+        # semver's tests: `));` where the line ends with the editor's `)`.
+        ("    assert!(", ")", "rust", 'v("1.2.0") <= v("1.2.3"));', 'v("1.2.0") <= v("1.2.3")'),
+        ("    f(g(", ")", "python", "x), y)", "x"),
+        # Without the code after the cursor the same text closes what it opened.
+        ("    f(g(", "", "python", "x), y)", "x), y)"),
+        ("    f(", ")", "python", "g(x), y", "g(x), y"),  # its own brackets close
+        # The model wrote the line's call again (zod's tests, commons-csv, jansson): what it
+        # meant to follow the code before the cursor is the rest.
+        ("  const aot = compile(", ")", "typescript", "compile(z.tuple([]));", "z.tuple([])"),
+        (
+            "    append(",
+            ");",
+            "java",
+            "append(getDelimiterString(), out);",
+            "getDelimiterString(), out",
+        ),
+        ("    free(", ");", "c", "free(data), data = NULL);", "data"),
+        ("        t.Erro", "", "go", 'Errorf("got %v", err)', 'rf("got %v", err)'),
+        # A tail shorter than RESTART_MIN_CHARS is a word token healing finishes.
+        ("    x = f(", ")", "python", "f(1)", "f(1)"),
+        ("    if e", "", "go", "err != nil {", "err != nil {"),
+    ],
+)
+def test_a_line_ends_at_the_bracket_the_code_after_the_cursor_closes(
+    before, after, language, raw, expected
+):
+    s = describe_cursor(before, after, language=language)
+    assert finish(raw, s, multiline=False) == expected
+
+
+def test_decoding_stops_at_the_bracket_the_code_after_the_cursor_closes():
+    s = describe_cursor("func TestNormPassedOnLocal(", ")", language="go")
+    assert not should_stop("t *testing", s, multiline=False)
+    assert not should_stop("t *testing.T", s, multiline=False)
+    assert should_stop("t *testing.T)", s, multiline=False)
+    assert not should_stop("f(t)", s, multiline=False)  # its own bracket
+    # Nothing after the cursor: the line goes on to its end.
+    open_line = describe_cursor("func TestNormPassedOnLocal(", "", language="go")
+    assert not should_stop("t *testing.T) {", open_line, multiline=False)
+    assert should_stop("t *testing.T) {\n", open_line, multiline=False)
+
+
 STATIC_ASSERT = """struct sax {
     static_assert(has_start_array<SAX>::value,
                   "Missing/invalid function: bool start_object(std::size_t)");

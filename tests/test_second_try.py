@@ -12,7 +12,7 @@ from memosight_lsp.inference.decoder import Generation
 from memosight_lsp.inference.loading import load_model
 from memosight_lsp.pipeline import second_try
 from memosight_lsp.pipeline.healing import VocabularyText
-from memosight_lsp.pipeline.policy import describe_cursor
+from memosight_lsp.pipeline.policy import CursorSituation, describe_cursor
 from memosight_lsp.pipeline.postprocess import cut_closer_at, cut_unmatched_closer, finish
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -160,7 +160,15 @@ def test_qwen_writes_the_closing_bracket_the_line_needs():
             again.append(budget)
             line = completion.text
             assert line.startswith(cut) and len(line) > len(cut), (budget, cut, line)
-            assert cut_unmatched_closer(line, "", ")", "cpp") == line, (budget, line)
+            below = CursorSituation(
+                line_prefix="",
+                line_suffix="",
+                previous_line="",
+                indent="",
+                language="cpp",
+                line_may_close=")",
+            )
+            assert cut_unmatched_closer(line, below) == line, (budget, line)
     assert again, "no budget made the model write a stray closing bracket"
     for budget in again:  # the buffer's decoder, its kept cache serving the second decode
         speculative = engine.complete(request(budget, plain=False))

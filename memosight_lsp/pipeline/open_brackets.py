@@ -111,6 +111,33 @@ def open_brackets(
     return [opener for opener, own in stack if not own], [opener for opener, own in stack if own]
 
 
+def suffix_closes_own(line_prefix: str, line_suffix: str, language: str | None = None) -> bool:
+    """Whether the cursor's line after the cursor closes the innermost bracket its text before
+    the cursor leaves open: an editor's auto-closed pair (`foo(|)`), or code the person writes in
+    front of (`foo(|bar)`). A completion then closes none of the brackets open at the cursor:
+    `x)` there would close the `(` a second time. The line is read whole, so that a string the
+    cursor is in goes on into the text after it."""
+    stack: list[str] = []
+    depth_at_cursor: int | None = None
+    for at, mark in marks_at(line_prefix + line_suffix, language):
+        after_cursor = at >= len(line_prefix)
+        if after_cursor and depth_at_cursor is None:
+            if not stack:
+                return False
+            depth_at_cursor = len(stack)
+        if mark in CLOSER_OF:
+            stack.append(mark)
+        elif mark in OPENER_OF:
+            if stack and stack[-1] == OPENER_OF[mark]:
+                stack.pop()
+                if depth_at_cursor is not None and len(stack) < depth_at_cursor:
+                    return True
+            elif after_cursor:
+                return False  # it closes another bracket: no pair to tell
+            # before the cursor, a closer of a line above: passed over (open_brackets)
+    return False
+
+
 def unmatched_closers(
     lines_below: Sequence[str], skip: int, count: int, language: str | None = None
 ) -> tuple[list[str], bool]:

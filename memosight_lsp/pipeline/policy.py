@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from .open_brackets import SCAN_LINES, closers_for_line
+from .open_brackets import SCAN_LINES, closers_for_line, suffix_closes_own
 
 BLOCK_OPENERS = (":", "{", "(", "[", "=>", "->")
 INDENT_UNIT = "    "
@@ -40,6 +40,9 @@ class CursorSituation:
     # The closers of the brackets the lines above left open that the code after the cursor does
     # not close, innermost first: the cursor's line may end with them (open_brackets.py).
     line_may_close: str = ""
+    # The cursor's line after the cursor closes the innermost bracket open before it (`foo(|)`):
+    # the completion closes none of the brackets open at the cursor (open_brackets.py).
+    suffix_closes_bracket: bool = False
 
     @property
     def mid_word(self) -> bool:
@@ -116,6 +119,7 @@ def describe_cursor(
         line_may_close=closers_for_line(
             before_lines[-SCAN_LINES - 1 : -1], line_prefix, after_lines, language
         ),
+        suffix_closes_bracket=suffix_closes_own(line_prefix, line_suffix, language),
     )
 
 

@@ -15,6 +15,7 @@ from .open_brackets import (
     COMMENT,
     OPEN_QUOTE,
     OPENER_OF,
+    brackets,
     marks_at,
     open_brackets,
 )
@@ -42,6 +43,11 @@ WORD_TAIL = re.compile(r"\w+\Z")
 # A line that only closes brackets (`}`, `});`, `},`, `)`): the end of a brace block.
 CLOSER_LINE = re.compile(r"[)\]}]+[;,)]*")
 WORD = re.compile(r"\w+")
+# A completion that writes again the code its line has before the cursor, from a word's start
+# on (`compile(z.tuple([]))` after `const aot = compile(`), restarted the line's expression: FIM
+# models lose their place in a prefix that ends mid-expression. At least this many characters:
+# a shorter tail is a word being typed, which token healing already finishes from its start.
+RESTART_MIN_CHARS = 4
 
 
 def first_line_done(text: str) -> bool:
@@ -93,7 +99,9 @@ def should_stop(text: str, situation: CursorSituation, multiline: bool) -> bool:
     if loop_start(text) is not None:
         return True  # a degenerate loop never ends by itself
     if not multiline:
-        return first_line_done(skip_blank_start(text, situation))
+        return first_line_done(skip_blank_start(text, situation)) or at_closer_after_cursor(
+            text, situation
+        )
     if situation.language in BRACE_LANGUAGES:
         closing = closing_line(text, situation.language)
         if closing is not None and "\n" in text[closing:]:
@@ -136,6 +144,19 @@ def cut_loop(text: str) -> str:
     return text
 
 
+def without_restart(text: str, situation: CursorSituation) -> str:
+    """The completion without the code of the cursor's line before the cursor that it writes
+    again at its start (RESTART_MIN_CHARS): what the model meant to follow that code."""
+    code = situation.line_prefix
+    for word in WORD.finditer(code):  # the longest tail first
+        tail = code[word.start() :]
+        if len(tail) < RESTART_MIN_CHARS:
+            break
+        if text.startswith(tail):
+            return text[len(tail) :]
+    return text
+
+
 def statement_in_expression(text: str, situation: CursorSituation) -> bool:
     """Whether the completion's first line starts a statement where the cursor is inside
     brackets (the syntax tree says so): a block-level line in the middle of an expression."""
@@ -146,8 +167,10 @@ def statement_in_expression(text: str, situation: CursorSituation) -> bool:
     return rule.match(first) is not None
 
 
-def remove_suffix_overlap(text: str, line_suffix: str) -> str:
-    """Drop the end of the completion that repeats what already follows the cursor."""
+def remove_suffix_overlap(text: str, line_suffix: str, language: str | None = None) -> str:
+    """Drop the end of the completion that repeats what already follows the cursor; never a
+    closing bracket of one the completion's line opened itself: `f(x)` before an editor's `)`
+    keeps its own (the line's brackets it closes were cut before: cut_unmatched_closer)."""
     tail = line_suffix.strip()
     if not tail:
         return text
@@ -156,20 +179,34 @@ def remove_suffix_overlap(text: str, line_suffix: str) -> str:
     for size in range(min(len(tail), len(last_line)), 0, -1):
         if last_line.rstrip().endswith(tail[:size]):
             cut = len(last_line.rstrip()) - size
-            return text[: last_newline + 1] + last_line[:cut]
+            kept, dropped = last_line[:cut], last_line[cut:]
+            if open_brackets([], kept, language)[1] and any(
+                mark in OPENER_OF for mark in brackets(dropped, language)
+            ):
+                continue
+            return text[: last_newline + 1] + kept
     return text
 
 
 def cut_unmatched_closer(
-    text: str, line_prefix: str, may_close: str = "", language: str | None = None
+    text: str, situation: CursorSituation, *, after_cursor_closes: bool | None = None
 ) -> str:
     """Stop before a closing bracket that closes nothing opened on the line or in the text.
     Closers that start a line (the prefix is blank) close the enclosing block and stay:
     `} else {`, `});`; so do the closers of `may_close` in their order once the line's own are
     closed (CursorSituation.line_may_close: brackets of the lines above that nothing after the
-    cursor closes). Brackets in strings and comments do not count, the prefix's included: the
-    text goes on in the string the cursor is in (open_brackets.marks_at)."""
+    cursor closes). When the text after the cursor closes the innermost bracket open at the
+    cursor (`foo(|)`, CursorSituation.suffix_closes_bracket) the text may close none of those:
+    it ends where it would (`x) {` is `x`); `after_cursor_closes` False reads the line as if it
+    did not. Brackets in strings and comments do not count, the prefix's included: the text
+    goes on in the string the cursor is in (open_brackets.marks_at)."""
+    line_prefix, language = situation.line_prefix, situation.language
+    if after_cursor_closes is None:
+        after_cursor_closes = situation.suffix_closes_bracket
     _, stack = open_brackets([], line_prefix, language)
+    may_close = situation.line_may_close
+    if after_cursor_closes:
+        stack, may_close = [], ""
     depth_in_text: list[str] = []
     start = 0
     if not line_prefix.strip():
@@ -283,7 +320,7 @@ def one_line(text: str, situation: CursorSituation) -> OneLine | None:
     """The line a one-line completion answers, trimmed but not yet cut at a closer that matches
     nothing; None when it starts a statement inside brackets (nothing to answer). Each step
     only drops text before the line or after it, so the line is `text[start:start + len]`."""
-    answered = skip_blank_start(text, situation)
+    answered = without_restart(skip_blank_start(text, situation), situation)
     if statement_in_expression(answered, situation):
         return None
     line = cut_loop(answered)
@@ -294,31 +331,44 @@ def one_line(text: str, situation: CursorSituation) -> OneLine | None:
 
 def cut_closer_at(text: str, situation: CursorSituation) -> int | None:
     """Where `finish` cuts a one-line completion before a closing bracket that closes nothing
-    (cut_unmatched_closer): that bracket's offset in the model's text; None when it does not."""
+    (cut_unmatched_closer): that bracket's offset in the model's text; None when it does not, or
+    when the line ends earlier at the bracket the text after the cursor closes (`x) {` at
+    `foo(|)`): that is the answer's end, not a stray closer."""
     line = one_line(text, situation)
     if line is None:
         return None
-    kept = cut_unmatched_closer(
-        line.text, situation.line_prefix, situation.line_may_close, situation.language
-    )
-    return None if len(kept) == len(line.text) else line.start + len(kept)
+    stray = cut_unmatched_closer(line.text, situation, after_cursor_closes=False)
+    if len(stray) == len(line.text) or len(cut_unmatched_closer(line.text, situation)) < len(stray):
+        return None
+    return line.start + len(stray)
+
+
+def at_closer_after_cursor(text: str, situation: CursorSituation) -> bool:
+    """A one-line completion has written the closer of the bracket the code after the cursor
+    closes (`x)` at `foo(|)`): `finish` ends the line before it, so nothing after it is shown
+    and decoding can stop."""
+    if not situation.suffix_closes_bracket:
+        return False
+    line = one_line(text, situation)
+    if line is None:
+        return False
+    kept = cut_unmatched_closer(line.text, situation)
+    return len(kept) < len(cut_unmatched_closer(line.text, situation, after_cursor_closes=False))
 
 
 def finish(text: str, situation: CursorSituation, multiline: bool) -> str:
     if multiline:
         if statement_in_expression(text, situation):
             return ""
-        text = after_indent(cut_loop(text), situation)
+        text = after_indent(cut_loop(without_restart(text, situation)), situation)
         text = block_text(text, situation).split("\n\n\n", 1)[0]
         text = drop_repetition(text).rstrip()
     else:
         line = one_line(text, situation)
         if line is None:
             return ""
-        text = cut_unmatched_closer(
-            line.text, situation.line_prefix, situation.line_may_close, situation.language
-        )
-    text = remove_suffix_overlap(text, situation.line_suffix)
+        text = cut_unmatched_closer(line.text, situation)
+    text = remove_suffix_overlap(text, situation.line_suffix, situation.language)
     if repeats_next_line(text, situation):
         return ""
     return text if text.strip() else ""
