@@ -89,6 +89,48 @@ def test_corpus_cases_share_the_count_between_a_languages_projects(tmp_path: Pat
     assert quality.corpus_cases(["go"], 6, 0, quality.KINDS, tmp_path) == groups
 
 
+@pytest.mark.parametrize(
+    ("line", "language", "closed", "expected"),
+    [
+        (
+            '\tf := NewFlagSet("test", ContinueOnError)',
+            "go",
+            True,
+            ("\tf := NewFlagSet()", '"test", ContinueOnError'),
+        ),
+        (
+            '\tf := NewFlagSet("test", ContinueOnError)',
+            "go",
+            False,
+            ("\tf := NewFlagSet(", '"test", ContinueOnError)'),
+        ),
+        # The call's `)` is the first one that closes at its depth, strings aside.
+        ('    log(fmt(")", a[0]), b);', "java", True, ("    log()", 'fmt(")", a[0]), b')),
+        ("    int x = y;", "c", True, None),  # no call
+        ("    reset();", "c", True, None),  # nothing between the brackets
+        ("    x = 1  # f(y)", "python", True, None),  # a comment's
+    ],
+)
+def test_a_case_moves_its_cursor_into_the_lines_first_call(line, language, closed, expected):
+    indent = len(line) - len(line.lstrip())
+    above = "int a;\n" * 3
+    case = language_cases.model_quality.Case(
+        path="x",
+        text=above + line[:indent] + "\nnext();",
+        line=3,
+        column=indent,
+        target=line.strip(),
+    )
+    moved = language_cases.in_call(case, language, closed)
+    if expected is None:
+        assert moved is None
+        return
+    shown, target = expected
+    assert moved.text == above + shown + "\nnext();"
+    assert moved.column == len(shown) - closed
+    assert moved.target == target and moved.line == 3
+
+
 def outcome(exact: bool, similarity: float) -> quality.Outcome:
     return quality.Outcome(
         exact=exact,

@@ -8,6 +8,9 @@ real project (bench/corpora.py), the line removed and the cursor at its indentat
   bench/context_recall.py finds Python calls with `ast`. The definitions come from the workspace
   index's tree-sitter outlines (every language has a grammar there, none has an `ast`).
 
+`in_call` moves a case's cursor into the line's first call, right after its `(` (with or without
+the editor's auto-closed `)` after it): the middle of a line, where a person pauses after `(`.
+
 Generated files (`DO NOT EDIT`, `@generated` near the top) and files over MAX_FILE_BYTES are left
 out: nobody types them.
 """
@@ -20,6 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from memosight_lsp.bench import context_recall, corpora, model_quality
+from memosight_lsp.pipeline.open_brackets import marks_at
 from memosight_lsp.workspace import WorkspaceIndex
 
 MIN_FILE_BYTES = 2000
@@ -142,3 +146,37 @@ def call_lines(
         rel = path.relative_to(root).as_posix()
         out.append((cut(path, lines, i), context_recall.Case(rel, i, name, targets)))
     return out
+
+
+def in_call(case: model_quality.Case, language: str, closed: bool) -> model_quality.Case | None:
+    """The case with the cursor right after its line's first `(` whose `)` is on the line and
+    holds something, as a person pauses after typing a call's `(`: with `closed`, the editor's
+    auto-closed `)` follows the cursor and the expected text is what goes between; else nothing
+    follows and it is the rest of the line. None when the line has no such call. Brackets in
+    strings and comments do not count (open_brackets.marks_at)."""
+    lines = case.text.split("\n")
+    full = lines[case.line][: case.column] + case.target
+    opened = close = None
+    depth = 0
+    for at, mark in marks_at(full, language):
+        if mark == "(" and opened is None:
+            opened = at
+        elif opened is not None and mark in "([{":
+            depth += 1
+        elif opened is not None and mark in ")]}":
+            if not depth:
+                close = at
+                break
+            depth -= 1
+    if opened is None or close is None or not full[opened + 1 : close].strip():
+        return None
+    cursor = opened + 1
+    lines[case.line] = full[:cursor] + (")" if closed else "")
+    target = full[cursor:close] if closed else full[cursor:]
+    return model_quality.Case(
+        path=case.path,
+        text="\n".join(lines),
+        line=case.line,
+        column=cursor,
+        target=target.strip(),
+    )

@@ -47,7 +47,10 @@ cross-file call lines of each language), the report is per language and over all
 anchor: `llama.cpp` (the file around the cursor, cut to llama.cpp's own window) and
 `llama.cpp+snippets` (with the other files' code of our `default` packing as `input_extra`);
 its answer's first line is scored as ours is, and `vsLlama` is the paired difference from it.
-`--held-out` takes the cases from corpora.HELD_OUT, a project per language no default was
+`--cursor call` moves each case's cursor into its line's first call, right after the `(`, with
+the editor's auto-closed `)` after it (lines without a call are left out; the expected text is
+the arguments); `--cursor call-open` the same with nothing after the cursor (the rest of the
+line). `--held-out` takes the cases from corpora.HELD_OUT, a project per language no default was
 chosen on.
 
     memosight bench quality --model M --langs typescript,go,rust,java,cpp,python --cases 20 \\
@@ -87,6 +90,7 @@ from memosight_lsp.workspace import WorkspaceIndex
 # Multi-file packages installed with the project (runtime and dev dependencies): held out.
 PACKAGES = (*model_quality.THIRD_PARTY_PACKAGES, "click", "jinja2", "requests", "rich")
 KINDS = ("crossFile", "random")
+CURSORS = ("line", "call", "call-open")  # where a --langs case puts the cursor (in_calls)
 MAX_NEW_TOKENS = 48
 MAX_WAIT_MS = 600_000  # the most config.py allows
 BOOTSTRAP_ROUNDS = 2000
@@ -422,6 +426,17 @@ def corpus_cases(
     return out
 
 
+def in_calls(cases: Sequence[QualityCase], cursor: str) -> list[QualityCase]:
+    """The cases whose line has a call, the cursor after its `(` (language_cases.in_call; the
+    editor's `)` after it with `call`, nothing with `call-open`)."""
+    out = []
+    for case in cases:
+        moved = language_cases.in_call(case.case, case.language, closed=cursor == "call")
+        if moved is not None:
+            out.append(dataclasses.replace(case, case=moved))
+    return out
+
+
 def pooled(per_language: dict[str, Results]) -> Results:
     """Every language's outcomes together (in language order, so pairs stay paired), for
     the strategies run in every language."""
@@ -724,6 +739,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--anchors", default=",".join(ANCHORS), help="with --llama-server: which of them"
     )
+    parser.add_argument(
+        "--cursor",
+        choices=CURSORS,
+        default="line",
+        help="with --langs: line (the start of the line, the default), call (after the line's "
+        "first `(`, the editor's `)` after it), call-open (after it, nothing after it)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
     parser.add_argument("--examples", type=int, default=0, help="show N cases' predictions")
@@ -774,6 +796,8 @@ def main(argv: list[str] | None = None) -> int:
             groups = corpus_cases(
                 languages, args.cases, args.seed, kinds, Path(tmp), held_out=args.held_out
             )
+            if args.cursor != "line":
+                groups = {lang: in_calls(cases, args.cursor) for lang, cases in groups.items()}
             sources = [p.key for p in corpora.projects(languages, held_out=args.held_out)]
         else:
             roots = package_roots(args.packages.split(","))
@@ -797,6 +821,7 @@ def main(argv: list[str] | None = None) -> int:
             out = {
                 "model": loaded.describe(),
                 "seed": args.seed,
+                "cursor": args.cursor,
                 "packages": sources,
                 "cases": {k: sum(c.kind == k for c in cases) for k in KINDS},
                 "budgets": budgets,
