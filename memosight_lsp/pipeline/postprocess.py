@@ -332,28 +332,32 @@ def one_line(text: str, situation: CursorSituation) -> OneLine | None:
 def cut_closer_at(text: str, situation: CursorSituation) -> int | None:
     """Where `finish` cuts a one-line completion before a closing bracket that closes nothing
     (cut_unmatched_closer): that bracket's offset in the model's text; None when it does not, or
-    when the line ends earlier at the bracket the text after the cursor closes (`x) {` at
-    `foo(|)`): that is the answer's end, not a stray closer."""
+    when the line ends earlier at the bracket the text after the cursor closes: that is the
+    answer's end, not a stray closer (ends_at_cursor_closer)."""
     line = one_line(text, situation)
     if line is None:
         return None
     stray = cut_unmatched_closer(line.text, situation, after_cursor_closes=False)
-    if len(stray) == len(line.text) or len(cut_unmatched_closer(line.text, situation)) < len(stray):
+    if len(stray) == len(line.text) or ends_at_cursor_closer(line.text, situation):
         return None
     return line.start + len(stray)
 
 
+def ends_at_cursor_closer(line: str, situation: CursorSituation) -> bool:
+    """The line writes the closer of the bracket the code after the cursor closes (`x) {` at
+    `foo(|)`) before any closer that closes nothing: `finish` ends it there."""
+    kept = cut_unmatched_closer(line, situation)
+    return len(kept) < len(cut_unmatched_closer(line, situation, after_cursor_closes=False))
+
+
 def at_closer_after_cursor(text: str, situation: CursorSituation) -> bool:
     """A one-line completion has written the closer of the bracket the code after the cursor
-    closes (`x)` at `foo(|)`): `finish` ends the line before it, so nothing after it is shown
-    and decoding can stop."""
+    closes: `finish` ends the line before it, so nothing after it is shown and decoding can
+    stop."""
     if not situation.suffix_closes_bracket:
         return False
     line = one_line(text, situation)
-    if line is None:
-        return False
-    kept = cut_unmatched_closer(line.text, situation)
-    return len(kept) < len(cut_unmatched_closer(line.text, situation, after_cursor_closes=False))
+    return line is not None and ends_at_cursor_closer(line.text, situation)
 
 
 def finish(text: str, situation: CursorSituation, multiline: bool) -> str:
