@@ -15,6 +15,10 @@ def scheduler():
     s = Scheduler()
     yield s
     s.stop()
+    # An abandoned worker logs as it exits: let it do so while this test's log capture is open
+    # (after it, the write fails and logging prints a traceback into the run's output).
+    for worker in s._stuck:
+        worker.join(5)
 
 
 def blocking_work(started: threading.Event, log: list, name: str):
