@@ -189,7 +189,7 @@ def remove_suffix_overlap(text: str, line_suffix: str, language: str | None = No
 
 
 def cut_unmatched_closer(
-    text: str, situation: CursorSituation, *, after_cursor_closes: bool | None = None
+    text: str, situation: CursorSituation, *, ignore_suffix: bool = False
 ) -> str:
     """Stop before a closing bracket that closes nothing opened on the line or in the text.
     Closers that start a line (the prefix is blank) close the enclosing block and stay:
@@ -197,15 +197,13 @@ def cut_unmatched_closer(
     closed (CursorSituation.line_may_close: brackets of the lines above that nothing after the
     cursor closes). When the text after the cursor closes the innermost bracket open at the
     cursor (`foo(|)`, CursorSituation.suffix_closes_bracket) the text may close none of those:
-    it ends where it would (`x) {` is `x`); `after_cursor_closes` False reads the line as if it
-    did not. Brackets in strings and comments do not count, the prefix's included: the text
+    it ends where it would (`x) {` is `x`); `ignore_suffix` reads the line as if it did not.
+    Brackets in strings and comments do not count, the prefix's included: the text
     goes on in the string the cursor is in (open_brackets.marks_at)."""
     line_prefix, language = situation.line_prefix, situation.language
-    if after_cursor_closes is None:
-        after_cursor_closes = situation.suffix_closes_bracket
     _, stack = open_brackets([], line_prefix, language)
     may_close = situation.line_may_close
-    if after_cursor_closes:
+    if situation.suffix_closes_bracket and not ignore_suffix:
         stack, may_close = [], ""
     depth_in_text: list[str] = []
     start = 0
@@ -337,7 +335,7 @@ def cut_closer_at(text: str, situation: CursorSituation) -> int | None:
     line = one_line(text, situation)
     if line is None:
         return None
-    stray = cut_unmatched_closer(line.text, situation, after_cursor_closes=False)
+    stray = cut_unmatched_closer(line.text, situation, ignore_suffix=True)
     if len(stray) == len(line.text) or ends_at_cursor_closer(line.text, situation):
         return None
     return line.start + len(stray)
@@ -346,14 +344,16 @@ def cut_closer_at(text: str, situation: CursorSituation) -> int | None:
 def ends_at_cursor_closer(line: str, situation: CursorSituation) -> bool:
     """The line writes the closer of the bracket the code after the cursor closes (`x) {` at
     `foo(|)`) before any closer that closes nothing: `finish` ends it there."""
+    if not situation.suffix_closes_bracket:
+        return False  # both readings of the line are the same
     kept = cut_unmatched_closer(line, situation)
-    return len(kept) < len(cut_unmatched_closer(line, situation, after_cursor_closes=False))
+    return len(kept) < len(cut_unmatched_closer(line, situation, ignore_suffix=True))
 
 
 def at_closer_after_cursor(text: str, situation: CursorSituation) -> bool:
     """A one-line completion has written the closer of the bracket the code after the cursor
     closes: `finish` ends the line before it, so nothing after it is shown and decoding can
-    stop."""
+    stop. Checked at every decoding step: the line is read only where the flag says it may."""
     if not situation.suffix_closes_bracket:
         return False
     line = one_line(text, situation)
