@@ -11,6 +11,7 @@ from lsp_session import (
     context,
     edit,
     inline,
+    inline_params,
     open_doc,
     start,
     stats,
@@ -18,6 +19,9 @@ from lsp_session import (
     tiny_options,
 )
 from lsprotocol import types
+from lsprotocol.converters import get_converter
+
+from memosight_lsp.bench.lsp_client import added_text
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -68,6 +72,34 @@ async def test_inline_completion_appears_at_the_cursor(client):
     numbers = await stats(client)
     assert numbers["modelCalls"] >= 1 and numbers["state"] == "ready"
     assert numbers["meanTokens"] > 0 and numbers["p50Ms"] > 0
+
+
+async def test_a_suggestion_before_code_on_its_line_replaces_that_code_with_itself_and_it(client):
+    # `max(|)` with a comment after: each item replaces the line's rest (up to its end in the
+    # client's units, the astral character counting twice in UTF-16) with the suggestion
+    # followed by that rest, so clients that draw a ranged item over the line show it right.
+    uri = "file:///e2e/before_code.py"
+    rest = ") # é😀"
+    open_doc(client, uri, f"def add(a, b):\n    return max({rest}\n")
+    cursor = types.Position(1, len("    return max("))
+    result = await client.text_document_inline_completion_async(
+        inline_params(uri, cursor.line, cursor.character)
+    )
+    assert result is not None and result.items, "the tiny model should suggest something here"
+    encoding = client.init_result.capabilities.position_encoding or "utf-16"
+    width = {
+        "utf-8": len(rest.encode()),
+        "utf-16": len(rest.encode("utf-16-le")) // 2,
+        "utf-32": len(rest),
+    }[encoding]
+    for item in result.items:
+        assert item.range == types.Range(
+            start=cursor, end=types.Position(cursor.line, cursor.character + width)
+        )
+        added = item.insert_text.removesuffix(rest)
+        assert added != item.insert_text and added.strip() and "\n" not in added
+        if encoding == "utf-16":  # the benches' reading of an item (their clients ask for none)
+            assert added_text(get_converter().unstructure(item)) == added
 
 
 async def test_type_through_serves_the_rest_with_zero_model_calls(client):

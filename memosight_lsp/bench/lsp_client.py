@@ -349,9 +349,26 @@ def insertion(uri: str, version: int, line: int, character: int, text: str) -> d
 
 
 def first_text(result: Any) -> str | None:
-    """The first item's text of an inline completion result (a list or {"items": [...]})."""
+    """What the first item of an inline completion result (a list or {"items": [...]}) adds at
+    the cursor."""
     items = result.get("items") if isinstance(result, dict) else result
     if not items:
         return None
-    text = items[0].get("insertText")
-    return text if isinstance(text, str) else None
+    return added_text(items[0])
+
+
+def added_text(item: dict[str, Any]) -> str | None:
+    """What an inline completion item adds at the cursor. The server's item for a suggestion
+    before code on the cursor's line replaces that code with the suggestion followed by it
+    (server/features.inline_item): its text ends with what its range covers, counted in UTF-16
+    units (the encoding these clients get: they ask for none)."""
+    text = item.get("insertText")
+    if not isinstance(text, str):
+        return None
+    span = item.get("range") or {}
+    start, end = span.get("start") or {}, span.get("end") or {}
+    width = end.get("character", 0) - start.get("character", 0)
+    if start.get("line") != end.get("line") or width <= 0:
+        return text
+    units = text.encode("utf-16-le")
+    return units[: max(0, len(units) - 2 * width)].decode("utf-16-le", errors="ignore")

@@ -114,10 +114,9 @@ def register(server: MemoSightServer) -> None:
             ls.log_user(f"MemoSight: {outcome.reason}", types.MessageType.Warning)
         if not outcome.text or outcome.position is None:
             return None
-        cursor = types.Range(start=outcome.position, end=outcome.position)
         return types.InlineCompletionList(
             items=[  # the greedy suggestion first, then the alternatives (completion.alternatives)
-                types.InlineCompletionItem(insert_text=text, range=cursor)
+                inline_item(text, outcome.position, outcome.line_rest, outcome.line_end)
                 for text in (outcome.text, *outcome.alternatives)
             ]
         )
@@ -245,6 +244,23 @@ async def pull_configuration(ls: MemoSightServer) -> None:
         return
     if result and isinstance(result[0], dict) and result[0]:
         ls.apply_settings(result[0], "workspace/configuration")
+
+
+def inline_item(
+    text: str, cursor: types.Position, rest: str, end: types.Position | None
+) -> types.InlineCompletionItem:
+    """The item that inserts `text` at the cursor, before `rest`, the line's text after the cursor
+    up to its end `end`. A one-line text before code (`a, b` at `foo(|)`) replaces that code
+    with itself followed by it: the same edit, in the shape every client draws right. Neovim's
+    built-in draws a ranged item over the text after the range's start, so an item at the
+    cursor would hide the `)` under `a, b`; VS Code draws only what the item adds (and with no
+    range it would replace up to the line's end). Multi-line texts stay insertions: the rest of
+    the line moves to their last line, where a drawing over the first line cannot show it."""
+    if rest.strip() and end is not None and "\n" not in text:
+        return types.InlineCompletionItem(
+            insert_text=text + rest, range=types.Range(start=cursor, end=end)
+        )
+    return types.InlineCompletionItem(insert_text=text, range=types.Range(start=cursor, end=cursor))
 
 
 def completion_list(outcome: Outcome) -> types.CompletionList:

@@ -83,6 +83,10 @@ class Outcome:
     # Other items beside `text` (completion.alternatives): only from a model run that ended by
     # the request's first-response deadline; a cache hit or an early answer carries none.
     alternatives: tuple[str, ...] = ()
+    # The cursor's line after the cursor, and where that line ends (client units), as the
+    # document read when the answer was made: an item may replace that rest (inline_items).
+    line_rest: str = ""
+    line_end: types.Position | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +98,8 @@ class Cursor:
     position: types.Position  # clamped, in client units
     language_id: str | None
     path: str | None
+    line_rest: str  # the cursor's line after the cursor, without its line break
+    line_end: types.Position  # where that line ends, in client units
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +160,7 @@ class CompletionFlow:
         index = self.line_index(doc)
         codec = doc.position_codec
         offset = index.offset_at(codec, position)
+        line_end = index.line_end(offset)
         return Cursor(
             uri=doc.uri,
             version=doc.version,
@@ -162,6 +169,8 @@ class CompletionFlow:
             position=index.position_at(codec, offset),
             language_id=doc.language_id,
             path=doc.path if doc.uri.startswith("file:") else None,
+            line_rest=index.text[offset:line_end],
+            line_end=index.position_at(codec, line_end),
         )
 
     def document_changed(self, doc: TextDocument) -> None:
@@ -252,14 +261,15 @@ class CompletionFlow:
                     self.stats.count("precomputeHits")
                 self.stats.served((time.perf_counter() - started) * 1000, type_through=True)
                 self._maybe_precompute(cursor, hit.text, settings)
-                return Outcome(text=hit.text, position=cursor.position, source=source)
+                outcome = Outcome(text=hit.text, position=cursor.position, source=source)
+                return on_line(outcome, cursor)
         outcome = await self._from_model(cursor, settings)
         if outcome.text:
             self.stats.served((time.perf_counter() - started) * 1000)
             self._maybe_precompute(cursor, outcome.text, settings)
         else:
             self.stats.count("empty")
-        return outcome
+        return on_line(outcome, cursor)
 
     def request_for(self, text: str, offset: int, cursor: Cursor, settings: Settings):
         window = window_at(text, offset)
@@ -553,6 +563,11 @@ class CompletionFlow:
             reusable=has_text,
         )
         job.future.add_done_callback(lambda _: self._early.pop(key, None))
+
+
+def on_line(outcome: Outcome, cursor: Cursor) -> Outcome:
+    """The outcome with the line it answers: the text after the cursor and the line's end."""
+    return replace(outcome, line_rest=cursor.line_rest, line_end=cursor.line_end)
 
 
 def has_text(completion: Completion | None) -> bool:

@@ -48,6 +48,11 @@ class LineIndex:
         column = codec.position_from_client_units([content], types.Position(0, units)).character
         return self.starts[line] + min(column, len(content))
 
+    def line_end(self, offset: int) -> int:
+        """The offset where the line holding `offset` ends, before its line break."""
+        line = bisect.bisect_right(self.starts, min(max(offset, 0), len(self.text))) - 1
+        return self.starts[line] + len(self.content(line))
+
     def position_at(self, codec: PositionCodec, offset: int) -> types.Position:
         offset = min(max(offset, 0), len(self.text))
         line = bisect.bisect_right(self.starts, offset) - 1

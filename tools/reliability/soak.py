@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memosight_lsp.bench.lsp_client import SERVER_COMMAND, StdioServer
+from memosight_lsp.bench.lsp_client import SERVER_COMMAND, StdioServer, added_text
 from memosight_lsp.inference import native_kernels
 from tools.reliability.procs import proc_status, python_env
 
@@ -280,7 +280,7 @@ def soak(
 
 def hint_of(response: dict) -> str | None:
     items = (response.get("result") or {}).get("items") or []
-    return items[0].get("insertText") if items else None
+    return added_text(items[0]) if items else None
 
 
 def collect(server: StdioServer, sent, outcome, latency) -> None:

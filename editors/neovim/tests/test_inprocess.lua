@@ -120,6 +120,48 @@ for _, path in ipairs({ "builtin", "fallback" }) do
     T.eq({ LINE .. "area(r)", "    # done" }, { lines()[ROW], lines()[ROW + 1] }, "replaced range")
   end)
 
+  -- The server's shape for a suggestion before code on the line (`radius` at `area(|)`): the
+  -- item replaces the line's rest with the suggestion followed by that rest.
+  local function ghost_before_closer()
+    local col = #LINE + #"area("
+    items = { {
+      insertText = "radius)",
+      range = { start = { line = ROW - 1, character = col }, ["end"] = { line = ROW - 1, character = col + 1 } },
+    } }
+    vim.cmd("stopinsert")
+    T.sleep(20)
+    vim.cmd("edit!")
+    api.nvim_buf_set_lines(0, ROW - 1, ROW, false, { LINE .. "area()" })
+    api.nvim_win_set_cursor(0, { ROW, col })
+    T.feed("i")
+    return T.wait_for("ghost text", function()
+      return require("memosight").ghost_text()
+    end), col
+  end
+
+  T.test(path .. ": an item over the line's rest that ends with it shows before it", function()
+    local text, col = ghost_before_closer()
+    local mark = api.nvim_buf_get_extmarks(0, require("memosight.ghost." .. path).ns, 0, -1, { details = true })[1]
+    -- The built-in draws the item over the `)` (it ends with it); ours draws what it adds.
+    local want = path == "builtin" and { "radius)", "overlay" } or { "radius", "inline" }
+    T.eq({ ROW - 1, col, want[1], want[2] }, { mark[2], mark[3], text, mark[4].virt_text_pos }, "drawn")
+    require("memosight").accept_line()
+    T.wait_for("accepted", function()
+      return lines()[ROW] ~= LINE .. "area()"
+    end)
+    T.eq(LINE .. "area(radius)", lines()[ROW], "the line, its `)` once")
+  end)
+
+  T.test(path .. ": accepting such an item whole leaves the rest once", function()
+    ghost_before_closer()
+    require("memosight").accept()
+    T.wait_for("accepted", function()
+      return lines()[ROW] ~= LINE .. "area()"
+    end)
+    T.eq(LINE .. "area(radius)", lines()[ROW], "the line")
+    T.eq({ ROW, #LINE + #"area(radius)" }, api.nvim_win_get_cursor(0), "cursor after the item's range")
+  end)
+
   T.test(path .. ": accept word skips an item that disagrees with the typed text", function()
     items = { {
       insertText = "yield 1",

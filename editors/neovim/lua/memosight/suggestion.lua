@@ -12,6 +12,8 @@ local M = {}
 ---@field text string What accepting adds at the cursor (may span lines).
 ---@field end_row integer 0-based end of the replaced text (equals row when nothing after the cursor is replaced)
 ---@field end_col integer 0-based byte column, exclusive
+---@field steps_over integer Bytes after the cursor that the item ends with and keeps: a whole
+--- accept leaves the cursor after them, as replacing the item's range does.
 
 --- Buffer text between two 0-based byte positions.
 ---@param bufnr integer
@@ -45,7 +47,7 @@ end
 ---@return memosight.Suggestion?
 function M.from_item(bufnr, cursor, insert_text, range)
   local row, col = cursor[1], cursor[2]
-  local text, end_row, end_col = insert_text, row, col
+  local text, end_row, end_col, steps_over = insert_text, row, col, 0
   if range then
     local srow, scol, erow, ecol = range[1], range[2], range[3], range[4]
     if srow > row or (srow == row and scol > col) then
@@ -57,13 +59,28 @@ function M.from_item(bufnr, cursor, insert_text, range)
     end
     text = insert_text:sub(#typed + 1)
     if erow > row or (erow == row and ecol > col) then
-      end_row, end_col = erow, ecol
+      -- An item that ends with the very text it replaces after the cursor (the server sends
+      -- `a, b)` over the `)` of `foo(|)`) adds only what comes before it: an insertion.
+      local replaced = get_text(bufnr, row, col, erow, ecol)
+      if #replaced < #text and text:sub(-#replaced) == replaced then
+        text, steps_over = text:sub(1, #text - #replaced), #replaced
+      else
+        end_row, end_col = erow, ecol
+      end
     end
   end
   if text == "" then
     return nil
   end
-  return { bufnr = bufnr, row = row, col = col, text = text, end_row = end_row, end_col = end_col }
+  return {
+    bufnr = bufnr,
+    row = row,
+    col = col,
+    text = text,
+    end_row = end_row,
+    end_col = end_col,
+    steps_over = steps_over,
+  }
 end
 
 --- The next word of a suggestion: an optional line break and indentation, then a run of word
@@ -89,7 +106,7 @@ function M.next_line(text)
 end
 
 --- Inserts `text` at the suggestion's cursor (replacing up to its end when `whole`), and moves
---- the cursor of the current window after it.
+--- the cursor of the current window after it (and after the text it steps over when `whole`).
 ---@param s memosight.Suggestion
 ---@param text string
 ---@param whole boolean
@@ -101,7 +118,7 @@ function M.insert(s, text, whole)
   end
   api.nvim_buf_set_text(s.bufnr, s.row, s.col, end_row, end_col, lines)
   local last_row = s.row + #lines - 1
-  local last_col = (#lines == 1 and s.col or 0) + #lines[#lines]
+  local last_col = (#lines == 1 and s.col or 0) + #lines[#lines] + (whole and s.steps_over or 0)
   local win = vim.fn.bufwinid(s.bufnr)
   if win ~= -1 then
     api.nvim_win_set_cursor(win, { last_row + 1, last_col })
