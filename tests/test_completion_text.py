@@ -9,7 +9,7 @@ from memosight_lsp.context import build_context
 from memosight_lsp.pipeline.healing import HealingConstraint, VocabularyText, healing_split
 from memosight_lsp.pipeline.policy import describe_cursor, wants_multiline
 from memosight_lsp.pipeline.positions import index_to_utf16, split_at, utf16_to_index
-from memosight_lsp.pipeline.postprocess import finish, should_stop
+from memosight_lsp.pipeline.postprocess import finish, should_stop, through_rest
 from memosight_lsp.pipeline.prompt import build_prompt
 
 
@@ -115,12 +115,47 @@ def test_a_line_ends_at_the_bracket_the_code_after_the_cursor_closes(
     assert finish(raw, s, multiline=False) == expected
 
 
-def test_decoding_stops_at_the_bracket_the_code_after_the_cursor_closes():
+@pytest.mark.parametrize(
+    ("before", "after", "language", "raw", "line"),
+    [
+        # cobra's tests: the line through the editor's `)` (it replaces that `)`).
+        ("func TestNormPassedOnLocal(", ")", "go", "t *testing.T) {", "t *testing.T) {"),
+        # semver's tests: the statement's `;` after the editor's `)`.
+        ("    assert!(", ")", "rust", 'v("1.2.0") <= v("1.2.3"));', 'v("1.2.0") <= v("1.2.3"));'),
+        ("    if (", ")", "c", "n == f(x)) {\n", "n == f(x)) {"),
+        ("    f(g(", "))", "python", "x)) + 1", "x)) + 1"),
+        ("    foo(", ")", "c", ") {", ") {"),  # no arguments: the rest of the line still counts
+        ("    free(", ");", "c", "data); // freed", "data); // freed"),
+        # Nothing past the code after the cursor: `finish` already gives the line (`data`).
+        ("    free(", ");", "c", "data);", None),
+        # What follows the bracket is not the code after the cursor.
+        ("    foo(", ", y)", "c", "x, y);", None),
+        ("    foo(", ")", "c", "x]) {", None),
+        # The code after the cursor again later on the line: a client could not find it.
+        ("    foo(", ")", "c", "a) + g(b)", None),
+        # Trailing blanks after the cursor: the line does not hold them.
+        ("    foo(", ")  ", "c", "a) {", None),
+        # No bracket open at the cursor that the code after it closes, or a block answer.
+        ("    x = ", "y;", "c", "1 + y;", None),
+    ],
+)
+def test_a_line_through_the_code_after_the_cursor_replaces_it(before, after, language, raw, line):
+    s = describe_cursor(before, after, language=language)
+    assert through_rest(raw, s, multiline=False) == line
+    assert through_rest(raw, s, multiline=True) is None
+
+
+def test_decoding_goes_on_through_the_code_after_the_cursor_and_stops_where_it_differs():
     s = describe_cursor("func TestNormPassedOnLocal(", ")", language="go")
     assert not should_stop("t *testing", s, multiline=False)
     assert not should_stop("t *testing.T", s, multiline=False)
-    assert should_stop("t *testing.T)", s, multiline=False)
+    assert not should_stop("t *testing.T)", s, multiline=False)  # may go on through the `)`
+    assert not should_stop("t *testing.T) {", s, multiline=False)
+    assert should_stop("t *testing.T) {\n", s, multiline=False)  # the line is done
     assert not should_stop("f(t)", s, multiline=False)  # its own bracket
+    call = describe_cursor("    foo(", ", y);", language="c")
+    assert not should_stop("x, y", call, multiline=False)
+    assert should_stop("x, y)", call, multiline=False)  # `)` is not `, y);`: the line ends
     # Nothing after the cursor: the line goes on to its end.
     open_line = describe_cursor("func TestNormPassedOnLocal(", "", language="go")
     assert not should_stop("t *testing.T) {", open_line, multiline=False)

@@ -105,3 +105,20 @@ def test_entries_per_buffer_are_bounded_and_newest_first():
 def test_empty_ghost_is_not_stored():
     cache = cache_with("")
     assert cache.entries("u") == []
+
+
+def test_a_suggestion_through_the_line_rest_is_served_until_the_typing_reaches_that_rest():
+    # `func f(|)`: the suggestion `t *testing.T) {` holds the editor's `)` and replaces it.
+    before, after, ghost = "func f(", ")\n", "t *testing.T) {"
+    cache = TypeThroughCache()
+    kept_at = ghost.rfind(")")
+    cache.put("u", TypeThroughEntry(before=before, after=after, ghost=ghost, kept_at=kept_at))
+    for k in range(kept_at + 1):  # typed up to the `)`: the rest still holds it
+        hit = cache.lookup("u", before + ghost[:k] + after, len(before) + k)
+        assert hit is not None and hit.text == ghost[k:] and hit.entry.kept_at == kept_at
+    # The editor stepped over its `)` (the document is unchanged, the cursor after it), or a
+    # second `)` was typed: neither is the document the entry describes.
+    stepped = before + ghost[:kept_at] + after
+    assert cache.lookup("u", stepped, len(before) + kept_at + 1) is None
+    doubled = before + ghost[: kept_at + 1] + after
+    assert cache.lookup("u", doubled, len(before) + kept_at + 1) is None

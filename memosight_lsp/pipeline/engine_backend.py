@@ -260,11 +260,15 @@ class EngineBackend:
         healed_ok = result.text.startswith(healed)
         raw = result.text[len(healed) :] if healed_ok else ""
         text = postprocess.finish(raw, situation, multiline)
+        through = None  # the line through the code after the cursor, when it is that
+        if result.finish != "deadline":  # a line cut short may end anywhere
+            through = postprocess.through_rest(raw, situation, multiline)
         total_ms = (time.perf_counter() - started) * 1000
         first_ms = result.first_token_ms or 0.0
         return Completion(
-            text=text,
-            reason=None if text else (EMPTY if healed_ok else NOT_THE_WORD),
+            text=through or text,
+            replaces_rest=through is not None,
+            reason=None if through or text else (EMPTY if healed_ok else NOT_THE_WORD),
             multiline=multiline,
             new_tokens=result.completion_tokens or self.count_tokens(result.text),
             prompt_tokens=result.prompt_tokens or self.count_tokens(prompt.text),

@@ -402,10 +402,13 @@ class LocalBackend:
                     again.alternatives = again.alternatives or generation.alternatives
                     again.stats["otherCloser"] = text  # the cut line it adds to
                     generation, raw, text = again, again_raw, again_text
+        through = None  # the line through the code after the cursor, when it is that
         if generation.stop_reason == "cancelled":
             text = ""
         elif generation.stop_reason == "time":  # cut short: up to its last whole line or word
             text = postprocess.partial(raw, situation, multiline)
+        else:
+            through = postprocess.through_rest(raw, situation, multiline)
         others = [
             (postprocess.finish if branch.ended else postprocess.partial)(
                 generated_text(branch.tokens), situation, multiline
@@ -414,8 +417,9 @@ class LocalBackend:
         ]
         self.calibration.answered()  # the first answer is out: timings may follow, when idle
         return Completion(
-            text=text,
-            reason=None if text else self._empty_reason(generation),
+            text=through or text,
+            replaces_rest=through is not None,
+            reason=None if through or text else self._empty_reason(generation),
             multiline=multiline,
             new_tokens=len(generation.tokens),
             prompt_tokens=len(prompt_ids),

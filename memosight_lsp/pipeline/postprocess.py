@@ -352,12 +352,47 @@ def ends_at_cursor_closer(line: str, situation: CursorSituation) -> bool:
 
 def at_closer_after_cursor(text: str, situation: CursorSituation) -> bool:
     """A one-line completion has written the closer of the bracket the code after the cursor
-    closes: `finish` ends the line before it, so nothing after it is shown and decoding can
-    stop. Checked at every decoding step: the line is read only where the flag says it may."""
+    closes, and what it writes from there is no longer the line through that code
+    (`through_rest`): `finish` ends the line before the closer, nothing after it is shown, and
+    decoding can stop. Checked at every decoding step: the line is read only where the flag
+    says it may."""
     if not situation.suffix_closes_bracket:
         return False
     line = one_line(text, situation)
-    return line is not None and ends_at_cursor_closer(line.text, situation)
+    if line is None or not ends_at_cursor_closer(line.text, situation):
+        return False
+    after = line.text[len(cut_unmatched_closer(line.text, situation)) :]
+    rest = cursor_line_rest(situation)
+    return not (after.startswith(rest) or rest.startswith(after))
+
+
+def cursor_line_rest(situation: CursorSituation) -> str:
+    """The code after the cursor on its line, without a CRLF file's carriage return."""
+    return situation.line_suffix.removesuffix("\r")
+
+
+def through_rest(text: str, situation: CursorSituation, multiline: bool) -> str | None:
+    """The completion's line when it writes the code after the cursor at the end of its own and
+    goes on past it: at `func TestX(|)` the model's `t *testing.T) {` is the line from the
+    cursor to its end, where `finish` shows `t *testing.T` before the editor's `)` and stops.
+    That rest of the line must follow, verbatim, the bracket `finish` ends before, and not
+    occur again after it (a client finds the kept code at its last occurrence); None
+    otherwise, for multi-line completions and where the code after the cursor does not close
+    a bracket."""
+    rest = cursor_line_rest(situation)
+    if multiline or not situation.suffix_closes_bracket or not rest.strip():
+        return None
+    line = one_line(text, situation)
+    if line is None:
+        return None
+    head = cut_unmatched_closer(line.text, situation)
+    full = cut_unmatched_closer(line.text, situation, ignore_suffix=True).rstrip()
+    after = full[len(head) :]
+    if not after.startswith(rest) or not after[len(rest) :].strip():
+        return None
+    if full.rfind(rest) != len(head):
+        return None
+    return full
 
 
 def finish(text: str, situation: CursorSituation, multiline: bool) -> str:

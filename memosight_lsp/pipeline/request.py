@@ -126,6 +126,9 @@ class CompletionRequest:
 @dataclass(kw_only=True)
 class Completion:
     text: str  # insert at the cursor
+    # The text runs through the rest of the cursor's line, which it holds (postprocess.
+    # through_rest: `t *testing.T) {` at `func f(|)`): it replaces that rest.
+    replaces_rest: bool = False
     reason: str | None = None  # why there is no completion, when text is empty
     multiline: bool = False
     new_tokens: int = 0
@@ -143,6 +146,7 @@ class Completion:
     def to_json(self) -> dict[str, Any]:
         return {
             "text": self.text,
+            **({"replaces_rest": True} if self.replaces_rest else {}),
             "reason": self.reason,
             "multiline": self.multiline,
             "new_tokens": self.new_tokens,

@@ -114,10 +114,11 @@ def register(server: MemoSightServer) -> None:
             ls.log_user(f"MemoSight: {outcome.reason}", types.MessageType.Warning)
         if not outcome.text or outcome.position is None:
             return None
+        line = (outcome.position, outcome.line_rest, outcome.line_end)
         return types.InlineCompletionList(
             items=[  # the greedy suggestion first, then the alternatives (completion.alternatives)
-                inline_item(text, outcome.position, outcome.line_rest, outcome.line_end)
-                for text in (outcome.text, *outcome.alternatives)
+                inline_item(outcome.text, *line, holds_rest=outcome.replaces_rest),
+                *(inline_item(text, *line) for text in outcome.alternatives),
             ]
         )
 
@@ -247,18 +248,25 @@ async def pull_configuration(ls: MemoSightServer) -> None:
 
 
 def inline_item(
-    text: str, cursor: types.Position, rest: str, end: types.Position | None
+    text: str,
+    cursor: types.Position,
+    rest: str,
+    end: types.Position | None,
+    *,
+    holds_rest: bool = False,
 ) -> types.InlineCompletionItem:
-    """The item that inserts `text` at the cursor, before `rest`, the line's text after the cursor
-    up to its end `end`. A one-line text before code (`a, b` at `foo(|)`) replaces that code
-    with itself followed by it: the same edit, in the shape every client draws right. Neovim's
-    built-in draws a ranged item over the text after the range's start, so an item at the
-    cursor would hide the `)` under `a, b`; VS Code draws only what the item adds (and with no
-    range it would replace up to the line's end). Multi-line texts stay insertions: the rest of
-    the line moves to their last line, where a drawing over the first line cannot show it."""
-    if rest.strip() and end is not None and "\n" not in text:
+    """The item for `text` at the cursor, before `rest`, the line's text after the cursor up to
+    its end `end`. A text that holds that rest (`t *testing.T) {` at `func f(|)`: Completion.
+    replaces_rest) replaces it. A one-line text before code (`a, b` at `foo(|)`) replaces the
+    code with itself followed by it: the same edit as inserting it, in the shape every client
+    draws right. Neovim's built-in draws a ranged item over the text after the range's start,
+    so an item at the cursor would hide the `)` under `a, b`; VS Code draws only what an item
+    adds. Other multi-line texts are insertions: the rest of the line moves to their last line,
+    where a drawing over the first line cannot show it."""
+    if rest.strip() and end is not None and (holds_rest or "\n" not in text):
         return types.InlineCompletionItem(
-            insert_text=text + rest, range=types.Range(start=cursor, end=end)
+            insert_text=text if holds_rest else text + rest,
+            range=types.Range(start=cursor, end=end),
         )
     return types.InlineCompletionItem(insert_text=text, range=types.Range(start=cursor, end=cursor))
 
@@ -270,13 +278,14 @@ def completion_list(outcome: Outcome) -> types.CompletionList:
     label = first.strip()
     if len(label) > LABEL_CHARS:
         label = label[: LABEL_CHARS - 1] + "…"
-    cursor = types.Range(start=outcome.position, end=outcome.position)
+    end = outcome.line_end if outcome.replaces_rest and outcome.line_end else outcome.position
+    edited = types.Range(start=outcome.position, end=end)
     item = types.CompletionItem(
         label=label,
         kind=types.CompletionItemKind.Snippet,
         detail="MemoSight",
         documentation=types.MarkupContent(kind=types.MarkupKind.PlainText, value=outcome.text),
-        text_edit=types.TextEdit(range=cursor, new_text=outcome.text),
+        text_edit=types.TextEdit(range=edited, new_text=outcome.text),
         insert_text_format=types.InsertTextFormat.PlainText,
         sort_text="\u0000",  # sorts before everything
         filter_text=label,

@@ -83,6 +83,8 @@ class Outcome:
     # Other items beside `text` (completion.alternatives): only from a model run that ended by
     # the request's first-response deadline; a cache hit or an early answer carries none.
     alternatives: tuple[str, ...] = ()
+    # `text` holds the rest of the cursor's line and replaces it (Completion.replaces_rest).
+    replaces_rest: bool = False
     # The cursor's line after the cursor, and where that line ends (client units), as the
     # document read when the answer was made: an item may replace that rest (inline_items).
     line_rest: str = ""
@@ -260,13 +262,21 @@ class CompletionFlow:
                 if source == "precompute":
                     self.stats.count("precomputeHits")
                 self.stats.served((time.perf_counter() - started) * 1000, type_through=True)
-                self._maybe_precompute(cursor, hit.text, settings)
-                outcome = Outcome(text=hit.text, position=cursor.position, source=source)
+                replaces_rest = hit.entry.kept_at is not None
+                if not replaces_rest:
+                    self._maybe_precompute(cursor, hit.text, settings)
+                outcome = Outcome(
+                    text=hit.text,
+                    position=cursor.position,
+                    source=source,
+                    replaces_rest=replaces_rest,
+                )
                 return on_line(outcome, cursor)
         outcome = await self._from_model(cursor, settings)
         if outcome.text:
             self.stats.served((time.perf_counter() - started) * 1000)
-            self._maybe_precompute(cursor, outcome.text, settings)
+            if not outcome.replaces_rest:  # (what follows a replaced line: its next request)
+                self._maybe_precompute(cursor, outcome.text, settings)
         else:
             self.stats.count("empty")
         return on_line(outcome, cursor)
@@ -357,6 +367,7 @@ class CompletionFlow:
             position=cursor.position,
             source="model",
             alternatives=tuple(completion.alternatives),
+            replaces_rest=completion.replaces_rest,
         )
 
     def _continue_after(self, job: Job, cursor: Cursor, settings: Settings, shown: str) -> None:
@@ -381,7 +392,8 @@ class CompletionFlow:
                 if completion.text != shown:
                     self.stats.count("longerPushed")
                     self._on_longer(cursor, completion.text)
-                self._maybe_precompute(cursor, completion.text, settings)
+                if not completion.replaces_rest:
+                    self._maybe_precompute(cursor, completion.text, settings)
 
         loop = asyncio.get_running_loop()
         job.future.add_done_callback(lambda future: loop.call_soon_threadsafe(ended, future))
@@ -411,12 +423,17 @@ class CompletionFlow:
         def remember(completion: Completion) -> None:
             if not completion.text:
                 return
+            ghost = ghost_prefix + completion.text
+            kept_at = None
+            if completion.replaces_rest:  # the line's rest, at its last place in the text
+                kept_at = ghost.rfind(after.split("\n", 1)[0].removesuffix("\r"))
             self.type_through.put(
                 buffer_id,
                 TypeThroughEntry(
                     before=before,
                     after=after,
-                    ghost=ghost_prefix + completion.text,
+                    ghost=ghost,
+                    kept_at=kept_at,
                     min_typed=len(ghost_prefix),
                     tokens=completion.new_tokens,
                     source="precompute" if ghost_prefix else "model",

@@ -24,6 +24,10 @@ class TypeThroughEntry:
     after: str  # document text after the cursor
     ghost: str  # the suggestion, as if inserted at the cursor
     min_typed: int = 0  # serve only once at least this much of ghost has been typed
+    # Where the ghost holds the rest of the cursor's line, which it replaces (Completion.
+    # replaces_rest); None for an insertion. Served while the typing ends there or before:
+    # past it the document reads otherwise (an editor steps over its auto-closed `)`).
+    kept_at: int | None = None
     tokens: int = 0  # model tokens behind the suggestion (for stats)
     source: str = "model"  # model | precompute
 
@@ -44,6 +48,8 @@ class TypeThroughEntry:
         """The remaining suggestion for a cursor at offset in text, or None when not served."""
         k = offset - len(self.before)
         if k < self.min_typed or k >= len(self.ghost):
+            return None
+        if self.kept_at is not None and k > self.kept_at:
             return None
         if self.typed(text) != k:
             return None

@@ -120,46 +120,92 @@ for _, path in ipairs({ "builtin", "fallback" }) do
     T.eq({ LINE .. "area(r)", "    # done" }, { lines()[ROW], lines()[ROW + 1] }, "replaced range")
   end)
 
-  -- The server's shape for a suggestion before code on the line (`radius` at `area(|)`): the
-  -- item replaces the line's rest with the suggestion followed by that rest.
-  local function ghost_before_closer()
-    local col = #LINE + #"area("
+  -- The server's items at `area(|)`: they replace the line's rest after the cursor (the `)`)
+  -- with text that holds it: at the end (`radius)`, a suggestion before it) or before more
+  -- (`radius) + 1`, a line that goes on past it).
+  local COL = #LINE + #"area("
+  local function ghost_at_closer(insert_text)
     items = { {
-      insertText = "radius)",
-      range = { start = { line = ROW - 1, character = col }, ["end"] = { line = ROW - 1, character = col + 1 } },
+      insertText = insert_text,
+      range = { start = { line = ROW - 1, character = COL }, ["end"] = { line = ROW - 1, character = COL + 1 } },
     } }
     vim.cmd("stopinsert")
     T.sleep(20)
     vim.cmd("edit!")
     api.nvim_buf_set_lines(0, ROW - 1, ROW, false, { LINE .. "area()" })
-    api.nvim_win_set_cursor(0, { ROW, col })
+    api.nvim_win_set_cursor(0, { ROW, COL })
     T.feed("i")
     return T.wait_for("ghost text", function()
       return require("memosight").ghost_text()
-    end), col
+    end)
+  end
+
+  --- The ghost text's pieces on the cursor's row: {col, text, placement}, left to right.
+  local function drawn()
+    local ns = require("memosight.ghost." .. path).ns
+    local pieces = {}
+    for _, m in ipairs(api.nvim_buf_get_extmarks(0, ns, { ROW - 1, 0 }, { ROW - 1, -1 }, { details = true })) do
+      pieces[#pieces + 1] = { m[3], m[4].virt_text[1][1], m[4].virt_text_pos }
+    end
+    return pieces
+  end
+
+  local function accepted(how, want)
+    require("memosight")[how]()
+    T.wait_for(how .. " to write " .. want, function()
+      return lines()[ROW] == LINE .. want
+    end)
   end
 
   T.test(path .. ": an item over the line's rest that ends with it shows before it", function()
-    local text, col = ghost_before_closer()
-    local mark = api.nvim_buf_get_extmarks(0, require("memosight.ghost." .. path).ns, 0, -1, { details = true })[1]
-    -- The built-in draws the item over the `)` (it ends with it); ours draws what it adds.
-    local want = path == "builtin" and { "radius)", "overlay" } or { "radius", "inline" }
-    T.eq({ ROW - 1, col, want[1], want[2] }, { mark[2], mark[3], text, mark[4].virt_text_pos }, "drawn")
-    require("memosight").accept_line()
-    T.wait_for("accepted", function()
-      return lines()[ROW] ~= LINE .. "area()"
-    end)
-    T.eq(LINE .. "area(radius)", lines()[ROW], "the line, its `)` once")
+    T.eq("radius)", ghost_at_closer("radius)"), "ghost text")
+    -- The built-in draws the item over the `)`; ours draws what it adds, before it.
+    local want = path == "builtin" and { { COL, "radius)", "overlay" } } or { { COL, "radius", "inline" } }
+    T.eq(want, drawn(), "drawn")
+    accepted("accept_line", "area(radius)")
   end)
 
   T.test(path .. ": accepting such an item whole leaves the rest once", function()
-    ghost_before_closer()
-    require("memosight").accept()
-    T.wait_for("accepted", function()
-      return lines()[ROW] ~= LINE .. "area()"
+    ghost_at_closer("radius)")
+    accepted("accept", "area(radius)")
+    T.eq({ ROW, COL + #"radius)" }, api.nvim_win_get_cursor(0), "cursor after the item's range")
+  end)
+
+  T.test(path .. ": an item through the code after the cursor shows around it", function()
+    T.eq("radius) + 1", ghost_at_closer("radius) + 1"), "ghost text")
+    local want = path == "builtin" and { { COL, "radius) + 1", "overlay" } }
+      or { { COL, "radius", "inline" }, { COL + 1, " + 1", "inline" } }
+    T.eq(want, drawn(), "drawn")
+    accepted("accept", "area(radius) + 1")
+    T.eq({ ROW, #(LINE .. "area(radius) + 1") }, api.nvim_win_get_cursor(0), "cursor at the end")
+  end)
+
+  T.test(path .. ": accepting it word by word steps over the kept code", function()
+    ghost_at_closer("radius) + 1")
+    local function answer(insert_text, from, to) -- the server's next item, as it would answer
+      local at = function(c)
+        return { line = ROW - 1, character = c }
+      end
+      items = { { insertText = insert_text, range = { start = at(from), ["end"] = at(to) } } }
+    end
+    answer(") + 1", COL + 6, COL + 7)
+    accepted("accept_word", "area(radius)")
+    T.eq({ ROW, COL + #"radius" }, api.nvim_win_get_cursor(0), "cursor before the `)`")
+    -- The built-in leaves out what the line already has where it draws; ours draws around it.
+    local rest = path == "builtin" and " + 1" or ") + 1"
+    T.wait_for("the rest as ghost text", function()
+      return require("memosight").ghost_text() == rest
     end)
-    T.eq(LINE .. "area(radius)", lines()[ROW], "the line")
-    T.eq({ ROW, #LINE + #"area(radius)" }, api.nvim_win_get_cursor(0), "cursor after the item's range")
+    answer(" + 1", COL + 7, COL + 7)
+    require("memosight").accept_word() -- the `)`: already there
+    T.wait_for("the cursor past the `)`", function()
+      return api.nvim_win_get_cursor(0)[2] == COL + #"radius)"
+    end)
+    T.eq(LINE .. "area(radius)", lines()[ROW], "no second `)`")
+    T.wait_for("the rest as ghost text", function()
+      return require("memosight").ghost_text() == " + 1"
+    end)
+    accepted("accept_line", "area(radius) + 1")
   end)
 
   T.test(path .. ": accept word skips an item that disagrees with the typed text", function()

@@ -9,11 +9,11 @@ local M = {}
 ---@field bufnr integer
 ---@field row integer 0-based cursor row
 ---@field col integer 0-based cursor byte column
----@field text string What accepting adds at the cursor (may span lines).
+---@field text string What accepting writes from the cursor (may span lines).
 ---@field end_row integer 0-based end of the replaced text (equals row when nothing after the cursor is replaced)
 ---@field end_col integer 0-based byte column, exclusive
----@field steps_over integer Bytes after the cursor that the item ends with and keeps: a whole
---- accept leaves the cursor after them, as replacing the item's range does.
+---@field kept_at? integer 0-based offset in `text` where the code after the cursor that the item
+--- replaces sits, kept (`t *testing.T) {` over the `)` of `func f(|)`); nil when it holds none
 
 --- Buffer text between two 0-based byte positions.
 ---@param bufnr integer
@@ -47,7 +47,7 @@ end
 ---@return memosight.Suggestion?
 function M.from_item(bufnr, cursor, insert_text, range)
   local row, col = cursor[1], cursor[2]
-  local text, end_row, end_col, steps_over = insert_text, row, col, 0
+  local text, end_row, end_col, kept_at = insert_text, row, col, nil
   if range then
     local srow, scol, erow, ecol = range[1], range[2], range[3], range[4]
     if srow > row or (srow == row and scol > col) then
@@ -59,18 +59,27 @@ function M.from_item(bufnr, cursor, insert_text, range)
     end
     text = insert_text:sub(#typed + 1)
     if erow > row or (erow == row and ecol > col) then
-      -- An item that ends with the very text it replaces after the cursor (the server sends
-      -- `a, b)` over the `)` of `foo(|)`) adds only what comes before it: an insertion.
-      local replaced = get_text(bufnr, row, col, erow, ecol)
-      if #replaced < #text and text:sub(-#replaced) == replaced then
-        text, steps_over = text:sub(1, #text - #replaced), #replaced
-      else
-        end_row, end_col = erow, ecol
+      end_row, end_col = erow, ecol
+      if erow == row then
+        -- The server's item over the code after the cursor holds that code: at the end
+        -- (`a, b)` over the `)` of `foo(|)`) or before what its line adds (`x) {`), and
+        -- nowhere after (server/features.inline_item): its last place on the first line.
+        local kept = get_text(bufnr, row, col, erow, ecol)
+        local first = text:match("^[^\n]*")
+        local at, from = nil, 1
+        while true do -- each turn finds a later place, or ends
+          local found = first:find(kept, from, true)
+          if not found then
+            break
+          end
+          at, from = found - 1, found + 1
+        end
+        kept_at = at
       end
     end
   end
-  if text == "" then
-    return nil
+  if text == "" or text == get_text(bufnr, row, col, end_row, end_col) then
+    return nil -- nothing to add
   end
   return {
     bufnr = bufnr,
@@ -79,7 +88,7 @@ function M.from_item(bufnr, cursor, insert_text, range)
     text = text,
     end_row = end_row,
     end_col = end_col,
-    steps_over = steps_over,
+    kept_at = kept_at,
   }
 end
 
@@ -105,8 +114,9 @@ function M.next_line(text)
   return text:match("^[^\n]*") or ""
 end
 
---- Inserts `text` at the suggestion's cursor (replacing up to its end when `whole`), and moves
---- the cursor of the current window after it (and after the text it steps over when `whole`).
+--- Writes `text`, the suggestion's beginning (all of it when `whole`), at its cursor and moves
+--- the cursor of the current window after it. The whole suggestion replaces up to its end; a
+--- part is inserted, replacing the part of the kept code after the cursor it already holds.
 ---@param s memosight.Suggestion
 ---@param text string
 ---@param whole boolean
@@ -115,10 +125,12 @@ function M.insert(s, text, whole)
   local end_row, end_col = s.row, s.col
   if whole then
     end_row, end_col = s.end_row, s.end_col
+  elseif s.kept_at and #text > s.kept_at and #lines == 1 then
+    end_col = s.col + math.min(#text - s.kept_at, s.end_col - s.col)
   end
   api.nvim_buf_set_text(s.bufnr, s.row, s.col, end_row, end_col, lines)
   local last_row = s.row + #lines - 1
-  local last_col = (#lines == 1 and s.col or 0) + #lines[#lines] + (whole and s.steps_over or 0)
+  local last_col = (#lines == 1 and s.col or 0) + #lines[#lines]
   local win = vim.fn.bufwinid(s.bufnr)
   if win ~= -1 then
     api.nvim_win_set_cursor(win, { last_row + 1, last_col })

@@ -65,12 +65,23 @@ local function draw(s)
   for i = 2, #lines do
     virt_lines[#virt_lines + 1] = { { lines[i], M.hl_group } }
   end
+  local first, after = lines[1], nil
+  if s.kept_at then -- the kept code shows as it is, with the rest of the line after it
+    first, after = lines[1]:sub(1, s.kept_at), lines[1]:sub(s.kept_at + 1 + s.end_col - s.col)
+  end
   api.nvim_buf_set_extmark(s.bufnr, M.ns, s.row, s.col, {
-    virt_text = { { lines[1], M.hl_group } },
+    virt_text = { { first, M.hl_group } },
     virt_text_pos = "inline",
     virt_lines = #virt_lines > 0 and virt_lines or nil,
     hl_mode = "combine",
   })
+  if after and after ~= "" then
+    api.nvim_buf_set_extmark(s.bufnr, M.ns, s.row, s.end_col, {
+      virt_text = { { after, M.hl_group } },
+      virt_text_pos = "inline",
+      hl_mode = "combine",
+    })
+  end
 end
 
 ---@param bufnr integer
@@ -162,10 +173,14 @@ local function advanced(s, typed, col)
     return nil
   end
   local shift = #typed
+  if s.kept_at and shift > s.kept_at then
+    return nil -- typed into the kept code: the document reads otherwise now, ask again
+  end
   return vim.tbl_extend("force", s, {
     col = col,
     text = s.text:sub(shift + 1),
     end_col = s.end_row == s.row and math.max(s.end_col + shift, col) or s.end_col,
+    kept_at = s.kept_at and s.kept_at - shift,
   })
 end
 

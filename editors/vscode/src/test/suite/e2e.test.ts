@@ -31,6 +31,7 @@ async function waitFor<T>(what: string, probe: () => T | undefined | false | Pro
 
 interface InlineItem {
   insertText: string | { value: string };
+  range?: { start: { line: number; character: number }; end: { line: number; character: number } };
 }
 
 let api: MemoSightApi;
@@ -190,6 +191,55 @@ describe('MemoSight in VS Code', function () {
     const inserted = await acceptWith('editor.action.inlineSuggest.acceptNextWord');
     assert.ok(inserted.length > 0 && inserted.length < expected.length, `one word, not all of ${JSON.stringify(expected)}`);
     assert.ok(expected.startsWith(inserted), `${JSON.stringify(inserted)} starts ${JSON.stringify(expected)}`);
+  });
+
+  it('inside an auto-closed `()`: Tab leaves the `)` once, after the suggestion', async () => {
+    const client = api.controller.languageClient;
+    assert.ok(client, 'the language client is running');
+    // The first of these lines, the cursor before its `)`, where the model suggests something
+    // (the small embedded model often suggests nothing inside a call).
+    let found: { prefix: string; text: string; replaces: boolean } | undefined;
+    for (const tail of ['(n)', ' < len()', ' == add()']) {
+      await resetEditor();
+      const at = editor.selection.active;
+      await editor.edit((edit) => edit.insert(at, tail));
+      const cursor = at.translate(0, tail.length - 1);
+      editor.selection = new vscode.Selection(cursor, cursor);
+      const result = await client.sendRequest<{ items: InlineItem[] } | null>('textDocument/inlineCompletion', {
+        textDocument: { uri: editor.document.uri.toString() },
+        position: { line: cursor.line, character: cursor.character },
+        context: { triggerKind: 1 },
+      });
+      const item = result?.items[0];
+      if (item) {
+        const text = typeof item.insertText === 'string' ? item.insertText : item.insertText.value;
+        const prefix = editor.document.getText(new vscode.Range(new vscode.Position(0, 0), cursor));
+        const replaces = item.range !== undefined && item.range.end.character > item.range.start.character;
+        found = { prefix, text, replaces };
+        break;
+      }
+    }
+    assert.ok(found, 'the server suggests something inside the brackets of one of the lines');
+    const { prefix, text, replaces } = found;
+    // One line before the `)`: the item replaces the line's rest with the suggestion and it;
+    // several lines: inserted, the `)` moves to the end of the last.
+    assert.equal(replaces, !text.includes('\n'), `the range of ${JSON.stringify(text)}`);
+    if (replaces) {
+      assert.ok(text.endsWith(')') && text.length > 1, `the suggestion, then the \`)\`: ${JSON.stringify(text)}`);
+    }
+    const before = editor.document.getText();
+    const after = await waitFor(
+      'Tab (inlineSuggest.commit) to write the suggestion',
+      async () => {
+        await vscode.commands.executeCommand('editor.action.inlineSuggest.trigger');
+        await sleep(300);
+        await vscode.commands.executeCommand('editor.action.inlineSuggest.commit');
+        const now = editor.document.getText();
+        return now !== before ? now : undefined;
+      },
+      20_000,
+    );
+    assert.equal(after, prefix + (replaces ? text : `${text})`));
   });
 
   it('accepts the next line (inlineSuggest.acceptNextLine): the first line of the suggestion', async () => {
