@@ -129,6 +129,8 @@ def test_a_case_moves_its_cursor_into_the_lines_first_call(line, language, close
     assert moved.text == above + shown + "\nnext();"
     assert moved.column == len(shown) - closed
     assert moved.target == target and moved.line == 3
+    # With the editor's `)`, the line after accepting is scored against the real line's rest.
+    assert moved.line_rest == (line[moved.column :].strip() if closed else "")
 
 
 def outcome(exact: bool, similarity: float) -> quality.Outcome:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memosight_lsp.bench import quality
+from memosight_lsp.bench import model_quality, quality
 from memosight_lsp.commands.bench import BENCHMARKS
 from memosight_lsp.config import Settings
 from memosight_lsp.context import Packing
@@ -141,6 +141,30 @@ def test_scores_of_outcomes() -> None:
     baseline = [outcome(False, 0.5)] * 20
     versus = quality.versus(outcomes, baseline, seed=0)
     assert versus["exactMatch"]["value"] == 50.0 and versus["editSimilarity"]["value"] == 25.0
+    assert "lineExact" not in summary and "lineExact" not in versus  # nothing after the cursor
+
+    # With code after the cursor, the line after accepting is scored too.
+    lines = [dataclasses.replace(o, line_exact=i % 4 == 0) for i, o in enumerate(outcomes)]
+    assert quality.summarize(lines, seed=0)["lineExact"]["value"] == 25.0
+    none = [dataclasses.replace(o, line_exact=False) for o in baseline]
+    assert quality.versus(lines, none, seed=0)["lineExact"]["value"] == 25.0
+
+
+def test_the_line_after_accepting_reads_a_replaced_rest_and_an_insertion_alike() -> None:
+    moved = model_quality.Case(
+        path="x.go",
+        text="func TestX()\n",
+        line=0,
+        column=len("func TestX("),
+        target="t *testing.T",
+        line_rest="t *testing.T) {",
+    )
+    case = quality.QualityCase(kind="random", root=Path("."), case=moved, language="go")
+    assert quality.rest_of_line(case) == ")"
+    assert quality.line_matches("t *testing.T) {", case)  # an answer that replaced the `)`
+    assert not quality.line_matches("t *testing.T" + ")", case)  # inserted before it
+    at_line_start = dataclasses.replace(case, case=dataclasses.replace(moved, line_rest=""))
+    assert quality.line_matches("t *testing.T) {", at_line_start) is None
 
 
 def test_bench_quality_end_to_end_on_the_embedded_model(tmp_path: Path, capsys) -> None:

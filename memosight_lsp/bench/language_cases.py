@@ -179,4 +179,5 @@ def in_call(case: model_quality.Case, language: str, closed: bool) -> model_qual
         line=case.line,
         column=cursor,
         target=target.strip(),
+        line_rest=full[cursor:].strip() if closed else "",
     )

@@ -41,6 +41,9 @@ class Case:
     line: int
     column: int
     target: str
+    # Where code follows the cursor (bench quality --cursor call): the real line from the
+    # cursor to its end, which the line after accepting the answer is scored against.
+    line_rest: str = ""
 
 
 def edit_similarity(a: str, b: str) -> float:

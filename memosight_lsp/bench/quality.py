@@ -261,6 +261,9 @@ class Outcome:
     prompt_tokens: int
     ms: float
     prediction: str = ""
+    # With code after the cursor (Case.line_rest): the line after accepting the answer is the
+    # real one (an answer that replaces the line's rest, or the answer before that rest).
+    line_exact: bool | None = None
 
 
 def first_token_match(prediction: str, target: str, encode) -> bool:
@@ -309,6 +312,9 @@ def summarize(outcomes: Sequence[Outcome], seed: int) -> dict:
     out["editSimilarity"] = _pct(
         statistics.fmean(sims) if sims else 0.0, *bootstrap_mean(sims, seed)
     )
+    lines = [o.line_exact for o in outcomes if o.line_exact is not None]
+    if lines:
+        out["lineExact"] = _pct(sum(lines) / len(lines), *wilson(sum(lines), len(lines)))
     recalls = [o.recalled for o in outcomes if o.recalled is not None]
     if recalls:
         out["recall"] = round(100 * sum(recalls) / len(recalls), 1)
@@ -327,6 +333,14 @@ def versus(outcomes: Sequence[Outcome], baseline: Sequence[Outcome], seed: int) 
     ):
         d = paired_difference([get(o) for o in outcomes], [get(o) for o in baseline], seed)
         out[key] = _pct(d["mean"], d["lo"], d["hi"])
+    pairs = [(o, b) for o, b in zip(outcomes, baseline, strict=True) if o.line_exact is not None]
+    if pairs and all(b.line_exact is not None for _, b in pairs):
+        d = paired_difference(
+            [float(bool(o.line_exact)) for o, _ in pairs],
+            [float(bool(b.line_exact)) for _, b in pairs],
+            seed,
+        )
+        out["lineExact"] = _pct(d["mean"], d["lo"], d["hi"])
     return out
 
 
@@ -365,7 +379,8 @@ def infill_case(
     except LlamaServerError as err:
         sys.stderr.write(f"quality: {err}\n")
         text, prompt_tokens = "", 0
-    prediction = text.split("\n", 1)[0].strip()
+    line = text.split("\n", 1)[0]
+    prediction = line.strip()
     target = case.case.target
     return Outcome(
         exact=prediction == target,
@@ -375,7 +390,22 @@ def infill_case(
         prompt_tokens=prompt_tokens,
         ms=(time.perf_counter() - started) * 1000,
         prediction=prediction,
+        # Shown before the code after the cursor, as llama.vim draws it.
+        line_exact=line_matches(line + rest_of_line(case), case),
     )
+
+
+def rest_of_line(case: QualityCase) -> str:
+    """The case's line after the cursor (the editor's `)` with --cursor call)."""
+    return case.case.text.split("\n")[case.case.line][case.case.column :]
+
+
+def line_matches(written: str, case: QualityCase) -> bool | None:
+    """Whether the line from the cursor on, as accepting the answer leaves it, is the real one;
+    None for cases with nothing after the cursor (Case.line_rest)."""
+    if not case.case.line_rest:
+        return None
+    return written.strip() == case.case.line_rest
 
 
 # -- every language: the pinned projects of bench/corpora.py ------------------------------------
@@ -451,10 +481,18 @@ def pooled(per_language: dict[str, Results]) -> Results:
 
 def dump_outcomes(results: Results) -> dict[str, list[list]]:
     """Every case's scores, `budget/strategy/kind` -> [exact, similarity, first token,
-    recalled, prompt tokens, ms] in case order: what `--merge` pools across runs."""
+    recalled, prompt tokens, ms, line exact] in case order: what `--merge` pools across runs."""
     return {
         f"{budget}/{name}/{kind}": [
-            [o.exact, round(o.similarity, 4), o.first_token, o.recalled, o.prompt_tokens, o.ms]
+            [
+                o.exact,
+                round(o.similarity, 4),
+                o.first_token,
+                o.recalled,
+                o.prompt_tokens,
+                o.ms,
+                o.line_exact,
+            ]
             for o in outcomes
         ]
         for (budget, name, kind), outcomes in results.items()
@@ -474,6 +512,7 @@ def load_outcomes(rows: dict[str, list[list]]) -> Results:
                 recalled=v[3],
                 prompt_tokens=v[4],
                 ms=v[5],
+                line_exact=v[6] if len(v) > 6 else None,  # runs before it have none
             )
             for v in values
         ]
@@ -513,25 +552,35 @@ def markdown(table: dict, budget: int, names: Sequence[str]) -> str:
     def diff(d: dict | None) -> str:
         return "" if d is None else f"{d['value']:+.1f} [{d['lo']:+.1f}, {d['hi']:+.1f}]"
 
+    cells = [
+        (language, kind, name, c)
+        for language, per_budget in table.items()
+        for kind in KINDS
+        for name in names
+        if (c := per_budget.get(str(budget), {}).get(name, {}).get(kind)) is not None
+    ]
+    # Cases with code after the cursor (--cursor call) also score the line after accepting.
+    lines = any("lineExact" in c for *_, c in cells)
     rows = [
         "| language | lines | n | context | exact match | vs file | vs llama.cpp "
-        "| edit similarity | vs file | vs llama.cpp |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| edit similarity | vs file | vs llama.cpp |"
+        + (" line after accepting | vs llama.cpp |" if lines else ""),
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if lines else ""),
     ]
-    for language, per_budget in table.items():
-        for kind in KINDS:
-            for name in names:
-                c = per_budget.get(str(budget), {}).get(name, {}).get(kind)
-                if c is None:
-                    continue
-                vs_file, vs_llama = c.get("vsFile", {}), c.get("vsLlama", {})
-                rows.append(
-                    f"| {language} | {kind} | {c['cases']} | {name} "
-                    f"| {cell(c['exactMatch'])} | {diff(vs_file.get('exactMatch'))} "
-                    f"| {diff(vs_llama.get('exactMatch'))} | {cell(c['editSimilarity'])} "
-                    f"| {diff(vs_file.get('editSimilarity'))} "
-                    f"| {diff(vs_llama.get('editSimilarity'))} |"
-                )
+    for language, kind, name, c in cells:
+        vs_file, vs_llama = c.get("vsFile", {}), c.get("vsLlama", {})
+        rows.append(
+            f"| {language} | {kind} | {c['cases']} | {name} "
+            f"| {cell(c['exactMatch'])} | {diff(vs_file.get('exactMatch'))} "
+            f"| {diff(vs_llama.get('exactMatch'))} | {cell(c['editSimilarity'])} "
+            f"| {diff(vs_file.get('editSimilarity'))} "
+            f"| {diff(vs_llama.get('editSimilarity'))} |"
+            + (
+                f" {cell(c.get('lineExact'))} | {diff(vs_llama.get('lineExact'))} |"
+                if lines
+                else ""
+            )
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -550,7 +599,12 @@ def complete_case(engine: LocalBackend, request: CompletionRequest, case: Qualit
             recalled = re.search(rf"\b{re.escape(case.callee.name)}\b", cross) is not None
     started = time.perf_counter()
     completion = engine.complete(request)
-    prediction = completion.text.strip()
+    text, rest = completion.text, rest_of_line(case)
+    if completion.replaces_rest:  # the line through the code after the cursor
+        added, written = text[: text.rfind(rest)], text
+    else:
+        added, written = text, text + rest
+    prediction = added.strip()
     target = case.case.target
     return Outcome(
         exact=prediction == target,
@@ -560,6 +614,7 @@ def complete_case(engine: LocalBackend, request: CompletionRequest, case: Qualit
         prompt_tokens=completion.prompt_tokens,
         ms=(time.perf_counter() - started) * 1000,
         prediction=prediction,
+        line_exact=line_matches(written, case),
     )
 
 
