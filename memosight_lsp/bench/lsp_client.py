@@ -358,10 +358,15 @@ def first_text(result: Any) -> str | None:
 
 
 def added_text(item: dict[str, Any]) -> str | None:
-    """What an inline completion item adds at the cursor. The server's item for a suggestion
-    before code on the cursor's line replaces that code with the suggestion followed by it
-    (server/features.inline_item): its text ends with what its range covers, counted in UTF-16
-    units (the encoding these clients get: they ask for none)."""
+    """What an inline completion item adds at the cursor. The server's item for a one-line
+    suggestion before code on the cursor's line replaces that code with the suggestion followed
+    by it (server/features.inline_item): its text ends with what its range covers, counted in
+    UTF-16 units (the encoding these clients get: they ask for none). An item that writes a
+    line through that code (`t *testing.T) {` over `)`) is not an insertion, and this cannot
+    tell it from one without the document; it comes back shortened by the code it keeps. The
+    benches that read items this way put their cursors where nothing follows on the line (a
+    replayed function is typed line by line, `bench startup` cuts its line at the cursor),
+    or only report what showed (`bench startup --file`)."""
     text = item.get("insertText")
     if not isinstance(text, str):
         return None
