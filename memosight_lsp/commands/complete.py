@@ -1,4 +1,6 @@
-"""`memosight complete FILE --line L --character C`: complete as an editor would, print the text."""
+"""`memosight complete FILE --line L --character C`: complete as an editor would, print the text
+(what goes at the cursor; a line written through the code after the cursor, `t *testing.T) {` at
+`func f(|)`, replaces that code: `--json` says so with `"replaces_rest": true`)."""
 
 from __future__ import annotations
 
