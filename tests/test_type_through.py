@@ -107,18 +107,26 @@ def test_empty_ghost_is_not_stored():
     assert cache.entries("u") == []
 
 
-def test_a_suggestion_through_the_line_rest_is_served_until_the_typing_reaches_that_rest():
+def test_a_suggestion_that_replaces_the_code_after_the_cursor_is_typed_through_and_over_it():
     # `func f(|)`: the suggestion `t *testing.T) {` holds the editor's `)` and replaces it.
     before, after, ghost = "func f(", ")\n", "t *testing.T) {"
     cache = TypeThroughCache()
     kept_at = ghost.rfind(")")
-    cache.put("u", TypeThroughEntry(before=before, after=after, ghost=ghost, kept_at=kept_at))
+    entry = TypeThroughEntry(before=before, after=after, ghost=ghost, kept_at=kept_at, kept=1)
+    cache.put("u", entry)
     for k in range(kept_at + 1):  # typed up to the `)`: the rest still holds it
         hit = cache.lookup("u", before + ghost[:k] + after, len(before) + k)
-        assert hit is not None and hit.text == ghost[k:] and hit.entry.kept_at == kept_at
-    # The editor stepped over its `)` (the document is unchanged, the cursor after it), or a
-    # second `)` was typed: neither is the document the entry describes.
+        assert hit is not None and hit.text == ghost[k:] and hit.replaces_rest
+    # The editor stepped over its `)`: the document as it was, the cursor after the `)`.
     stepped = before + ghost[:kept_at] + after
-    assert cache.lookup("u", stepped, len(before) + kept_at + 1) is None
+    assert entry.typed(stepped) == kept_at
+    hit = cache.lookup("u", stepped, len(before) + kept_at + 1)
+    assert hit is not None and hit.text == " {" and not hit.replaces_rest
+    typed_on = before + ghost[: kept_at + 2] + after[1:]  # then a space
+    assert cache.lookup("u", typed_on, len(typed_on) - len(after) + 1).text == "{"
+    assert entry.typed(typed_on) == kept_at + 2
+    # A second `)` typed (an editor that does not step over): not the document it describes.
     doubled = before + ghost[: kept_at + 1] + after
     assert cache.lookup("u", doubled, len(before) + kept_at + 1) is None
+    cache.prune("u", doubled)
+    assert cache.entries("u") == []

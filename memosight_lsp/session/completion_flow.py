@@ -262,21 +262,18 @@ class CompletionFlow:
                 if source == "precompute":
                     self.stats.count("precomputeHits")
                 self.stats.served((time.perf_counter() - started) * 1000, type_through=True)
-                replaces_rest = hit.entry.kept_at is not None
-                if not replaces_rest:
-                    self._maybe_precompute(cursor, hit.text, settings)
+                self._maybe_precompute(cursor, hit.text, settings, hit.replaces_rest)
                 outcome = Outcome(
                     text=hit.text,
                     position=cursor.position,
                     source=source,
-                    replaces_rest=replaces_rest,
+                    replaces_rest=hit.replaces_rest,
                 )
                 return on_line(outcome, cursor)
         outcome = await self._from_model(cursor, settings)
         if outcome.text:
             self.stats.served((time.perf_counter() - started) * 1000)
-            if not outcome.replaces_rest:  # (what follows a replaced line: its next request)
-                self._maybe_precompute(cursor, outcome.text, settings)
+            self._maybe_precompute(cursor, outcome.text, settings, outcome.replaces_rest)
         else:
             self.stats.count("empty")
         return on_line(outcome, cursor)
@@ -392,8 +389,7 @@ class CompletionFlow:
                 if completion.text != shown:
                     self.stats.count("longerPushed")
                     self._on_longer(cursor, completion.text)
-                if not completion.replaces_rest:
-                    self._maybe_precompute(cursor, completion.text, settings)
+                self._maybe_precompute(cursor, completion.text, settings, completion.replaces_rest)
 
         loop = asyncio.get_running_loop()
         job.future.add_done_callback(lambda future: loop.call_soon_threadsafe(ended, future))
@@ -406,6 +402,7 @@ class CompletionFlow:
         counter: str,
         *,
         ghost_prefix: str = "",
+        prefix_kept: tuple[int, int] = (0, 0),
         key: tuple | None = None,
         deadline: Deadline | None = None,
         early: Future | None = None,
@@ -423,17 +420,19 @@ class CompletionFlow:
         def remember(completion: Completion) -> None:
             if not completion.text:
                 return
-            ghost = ghost_prefix + completion.text
-            kept_at = None
-            if completion.replaces_rest:  # the line's rest, at its last place in the text
-                kept_at = ghost.rfind(after.split("\n", 1)[0].removesuffix("\r"))
+            kept_at, kept = prefix_kept
+            if completion.replaces_rest:
+                if ghost_prefix:
+                    return  # code kept twice (after the cursor and after `shown`): not kept
+                kept_at, kept = kept_code(completion.text, after)
             self.type_through.put(
                 buffer_id,
                 TypeThroughEntry(
                     before=before,
                     after=after,
-                    ghost=ghost,
+                    ghost=ghost_prefix + completion.text,
                     kept_at=kept_at,
+                    kept=kept,
                     min_typed=len(ghost_prefix),
                     tokens=completion.new_tokens,
                     source="precompute" if ghost_prefix else "model",
@@ -536,8 +535,11 @@ class CompletionFlow:
             cursor.uri, work, kind="prewarm", key=key, give_up_s=give_up_s(settings)
         )
 
-    def _maybe_precompute(self, cursor: Cursor, shown: str, settings: Settings) -> None:
-        """Start computing the completion that follows `shown` once it is accepted."""
+    def _maybe_precompute(
+        self, cursor: Cursor, shown: str, settings: Settings, replaces_rest: bool = False
+    ) -> None:
+        """Start computing the completion that follows `shown` once it is accepted (in place
+        of the code after the cursor that it holds, with `replaces_rest`)."""
         if not (settings.completion.precompute_next and settings.completion.type_through):
             return
         if self.host.backend is None:
@@ -546,10 +548,11 @@ class CompletionFlow:
         if continuing is not None and continuing.live:
             return  # it is still extending this suggestion: it precomputes when it ends
         before, after = cursor.text[: cursor.offset], cursor.text[cursor.offset :]
-        base = TypeThroughEntry(before=before, after=after, ghost=shown)
+        kept_at, kept = kept_code(shown, after) if replaces_rest else (0, 0)
+        base = TypeThroughEntry(before=before, after=after, ghost=shown, kept_at=kept_at, kept=kept)
         if self._precompute_bases.get(cursor.uri) == base:
             return
-        accepted_text = before + shown + after
+        accepted_text = before + shown + after[kept:]
         accepted_offset = cursor.offset + len(shown)
         for entry in self.type_through.entries(cursor.uri):
             if entry.rest(accepted_text, accepted_offset) is not None:
@@ -570,6 +573,7 @@ class CompletionFlow:
                 cancelled,
                 "precomputeCalls",
                 ghost_prefix=shown,
+                prefix_kept=(kept_at, kept),
                 key=key,
                 deadline=lambda: answer.deadline,
                 early=answer.future,
@@ -580,6 +584,15 @@ class CompletionFlow:
             reusable=has_text,
         )
         job.future.add_done_callback(lambda _: self._early.pop(key, None))
+
+
+def kept_code(text: str, after: str) -> tuple[int, int]:
+    """Where a text that replaces the code after the cursor on its line (Completion.
+    replaces_rest) holds that code, and its length: at its last place in the text
+    (postprocess.through_rest)."""
+    rest = after.split("\n", 1)[0].removesuffix("\r")
+    at = text.rfind(rest)
+    return (at, len(rest)) if at >= 0 else (0, 0)  # (not such a text: an insertion)
 
 
 def on_line(outcome: Outcome, cursor: Cursor) -> Outcome:

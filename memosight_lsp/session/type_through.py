@@ -5,9 +5,16 @@ the document reads `before + G[:k] + after` (the user typed, accepted a word or 
 backspaced within the suggestion) the cursor sits at `len(before) + k` and the rest is `G[k:]`.
 Any other edit makes the entry useless, and `prune` drops it.
 
+A suggestion may hold code that follows the cursor on its line and replace it (`t *testing.T) {`
+over the editor's `)`: Completion.replaces_rest): `kept` characters of `after`, at `kept_at` in
+G. Typing past that code steps over it (the editor overtypes its `)`, or the suggestion is
+accepted whole), so the document reads `before + G[:k] + after` with the part of the kept code
+the typing has passed left out of `after`.
+
 An entry may also demand a minimum k: the completion precomputed for "after accepting S" is
 stored as ghost S + S2 with min_typed len(S), so it is served once S has been accepted in full.
-Comparisons use startswith/endswith with offsets: no copies of the document are made.
+Comparisons use startswith/endswith with offsets: no copies of the document are made (but
+for `after` past kept code, a few characters shorter).
 """
 
 from __future__ import annotations
@@ -24,34 +31,46 @@ class TypeThroughEntry:
     after: str  # document text after the cursor
     ghost: str  # the suggestion, as if inserted at the cursor
     min_typed: int = 0  # serve only once at least this much of ghost has been typed
-    # Where the ghost holds the rest of the cursor's line, which it replaces (Completion.
-    # replaces_rest); None for an insertion. Served while the typing ends there or before:
-    # past it the document reads otherwise (an editor steps over its auto-closed `)`).
-    kept_at: int | None = None
+    # The code after the cursor the ghost holds and replaces: `kept` characters of `after`
+    # (none for an insertion), at `kept_at` in the ghost.
+    kept_at: int = 0
+    kept: int = 0
     tokens: int = 0  # model tokens behind the suggestion (for stats)
     source: str = "model"  # model | precompute
 
-    def typed(self, text: str) -> int | None:
-        """How much of the ghost the document holds now, or None if it was edited elsewhere."""
-        k = len(text) - len(self.before) - len(self.after)
-        if not 0 <= k <= len(self.ghost):
-            return None
+    def passed(self, k: int) -> int:
+        """How much of the kept code k typed characters of the ghost have stepped over."""
+        return min(max(k - self.kept_at, 0), self.kept)
+
+    def replaces_at(self, k: int) -> bool:
+        """Whether the ghost's rest after k typed characters still holds kept code."""
+        return self.passed(k) < self.kept
+
+    def holds(self, text: str, k: int) -> bool:
+        """Whether the document is the one the ghost was made for with k characters typed."""
+        passed = self.passed(k)
+        if len(text) != len(self.before) + k + len(self.after) - passed:
+            return False
         if not text.startswith(self.before):
-            return None
-        if not text.endswith(self.after):
-            return None
-        if not text.startswith(self.ghost[:k], len(self.before)):
+            return False
+        if not text.endswith(self.after[passed:] if passed else self.after):
+            return False
+        return text.startswith(self.ghost[:k], len(self.before))
+
+    def typed(self, text: str) -> int | None:
+        """How much of the ghost the document holds now, or None if it was edited elsewhere.
+        With the cursor on the kept code the document reads the same wherever it is there:
+        the kept code's start counts."""
+        n = len(text) - len(self.before) - len(self.after)
+        k = n if n <= self.kept_at else n + self.kept
+        if not 0 <= k <= len(self.ghost) or not self.holds(text, k):
             return None
         return k
 
     def rest(self, text: str, offset: int) -> str | None:
         """The remaining suggestion for a cursor at offset in text, or None when not served."""
         k = offset - len(self.before)
-        if k < self.min_typed or k >= len(self.ghost):
-            return None
-        if self.kept_at is not None and k > self.kept_at:
-            return None
-        if self.typed(text) != k:
+        if k < self.min_typed or k >= len(self.ghost) or not self.holds(text, k):
             return None
         return self.ghost[k:]
 
@@ -67,6 +86,7 @@ def _extends(a: TypeThroughEntry, b: TypeThroughEntry) -> bool:
 class TypeThroughHit:
     text: str
     entry: TypeThroughEntry
+    replaces_rest: bool = False  # `text` still holds code after the cursor, which it replaces
 
 
 class TypeThroughCache:
@@ -93,7 +113,8 @@ class TypeThroughCache:
         for entry in entries:
             rest = entry.rest(text, offset)
             if rest is not None:
-                return TypeThroughHit(text=rest, entry=entry)
+                replaces = entry.replaces_at(offset - len(entry.before))
+                return TypeThroughHit(text=rest, entry=entry, replaces_rest=replaces)
         return None
 
     def prune(self, buffer_id: str, text: str) -> None:
