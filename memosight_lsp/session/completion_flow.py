@@ -86,7 +86,8 @@ class Outcome:
     # `text` holds the rest of the cursor's line and replaces it (Completion.replaces_rest).
     replaces_rest: bool = False
     # The cursor's line after the cursor, and where that line ends (client units), as the
-    # document read when the answer was made: an item may replace that rest (inline_items).
+    # document read when the answer was made: an item may replace that rest (server/
+    # features.py inline_item).
     line_rest: str = ""
     line_end: types.Position | None = None
 
@@ -590,7 +591,8 @@ def kept_code(text: str, after: str) -> tuple[int, int]:
     """Where a text that replaces the code after the cursor on its line (Completion.
     replaces_rest) holds that code, and its length: at its last place in the text
     (postprocess.through_rest)."""
-    rest = after.split("\n", 1)[0].removesuffix("\r")
+    end = after.find("\n")
+    rest = (after if end < 0 else after[:end]).removesuffix("\r")
     at = text.rfind(rest)
     return (at, len(rest)) if at >= 0 else (0, 0)  # (not such a text: an insertion)
 
