@@ -78,21 +78,24 @@ async def test_a_suggestion_before_code_on_its_line_replaces_that_code_with_itse
     # `max(|)` with a comment after: each item replaces the line's rest (up to its end in the
     # client's units, the astral character counting twice in UTF-16) with the suggestion
     # followed by that rest, so clients that draw a ranged item over the line show it right.
-    uri = "file:///e2e/before_code.py"
     rest = ") # é😀"
-    open_doc(client, uri, f"def add(a, b):\n    return max({rest}\n")
     cursor = types.Position(1, len("    return max("))
-    result = await client.text_document_inline_completion_async(
-        inline_params(uri, cursor.line, cursor.character)
-    )
-    assert result is not None and result.items, "the tiny model should suggest something here"
+    items = []
+    for name, newline in (("lf", "\n"), ("crlf", "\r\n")):  # the range ends before a `\r`
+        uri = f"file:///e2e/before_code_{name}.py"
+        open_doc(client, uri, f"def add(a, b):{newline}    return max({rest}{newline}")
+        result = await client.text_document_inline_completion_async(
+            inline_params(uri, cursor.line, cursor.character)
+        )
+        assert result is not None and result.items, "the tiny model should suggest something"
+        items += result.items
     encoding = client.init_result.capabilities.position_encoding or "utf-16"
     width = {
         "utf-8": len(rest.encode()),
         "utf-16": len(rest.encode("utf-16-le")) // 2,
         "utf-32": len(rest),
     }[encoding]
-    for item in result.items:
+    for item in items:
         assert item.range == types.Range(
             start=cursor, end=types.Position(cursor.line, cursor.character + width)
         )
