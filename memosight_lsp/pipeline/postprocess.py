@@ -331,23 +331,26 @@ def cut_closer_at(text: str, situation: CursorSituation) -> int | None:
     """Where `finish` cuts a one-line completion before a closing bracket that closes nothing
     (cut_unmatched_closer): that bracket's offset in the model's text; None when it does not, or
     when the line ends earlier at the bracket the text after the cursor closes: that is the
-    answer's end, not a stray closer (ends_at_cursor_closer)."""
+    answer's end, not a stray closer (closer_readings)."""
     line = one_line(text, situation)
     if line is None:
         return None
-    stray = cut_unmatched_closer(line.text, situation, ignore_suffix=True)
-    if len(stray) == len(line.text) or ends_at_cursor_closer(line.text, situation):
+    head, stray = closer_readings(line.text, situation)
+    if len(stray) == len(line.text) or len(head) < len(stray):
         return None
     return line.start + len(stray)
 
 
-def ends_at_cursor_closer(line: str, situation: CursorSituation) -> bool:
-    """The line writes the closer of the bracket the code after the cursor closes (`x) {` at
-    `foo(|)`) before any closer that closes nothing: `finish` ends it there."""
+def closer_readings(line: str, situation: CursorSituation) -> tuple[str, str]:
+    """The line cut as `finish` cuts it, and cut as if the code after the cursor closed no
+    bracket (cut_unmatched_closer's `ignore_suffix`). The first is the shorter when the line
+    writes the closer of the bracket the code after the cursor closes (`x) {` at `foo(|)`)
+    before any closer that closes nothing: `finish` ends it there. Without that code both
+    readings are the same, read once."""
+    full = cut_unmatched_closer(line, situation, ignore_suffix=True)
     if not situation.suffix_closes_bracket:
-        return False  # both readings of the line are the same
-    kept = cut_unmatched_closer(line, situation)
-    return len(kept) < len(cut_unmatched_closer(line, situation, ignore_suffix=True))
+        return full, full
+    return cut_unmatched_closer(line, situation), full
 
 
 def at_closer_after_cursor(text: str, situation: CursorSituation) -> bool:
@@ -359,9 +362,12 @@ def at_closer_after_cursor(text: str, situation: CursorSituation) -> bool:
     if not situation.suffix_closes_bracket:
         return False
     line = one_line(text, situation)
-    if line is None or not ends_at_cursor_closer(line.text, situation):
+    if line is None:
         return False
-    after = line.text[len(cut_unmatched_closer(line.text, situation)) :]
+    head, full = closer_readings(line.text, situation)
+    if len(head) == len(full):
+        return False  # no closer of the bracket the code after the cursor closes yet
+    after = line.text[len(head) :]
     rest = cursor_line_rest(situation)
     return not (after.startswith(rest) or rest.startswith(after))
 
@@ -385,8 +391,8 @@ def through_rest(text: str, situation: CursorSituation, multiline: bool) -> str 
     line = one_line(text, situation)
     if line is None:
         return None
-    head = cut_unmatched_closer(line.text, situation)
-    full = cut_unmatched_closer(line.text, situation, ignore_suffix=True).rstrip()
+    head, full = closer_readings(line.text, situation)
+    full = full.rstrip()
     after = full[len(head) :]
     if not after.startswith(rest) or not after[len(rest) :].strip():
         return None
