@@ -18,6 +18,7 @@ Quantization = Literal["auto", "none", "int8", "int4", "gguf"]
 BackendName = Literal["local", "vllm", "llama.cpp", "ollama", "openai"]
 MultilinePolicy = Literal["auto", "always", "never"]
 MidWordPolicy = Literal["complete", "skip"]
+LineStartReading = Literal["choose", "above", "around"]
 # "lossless-draft": a compressed KV cache only drafts, output stays identical to greedy.
 # "lossy-snapkv": decoding runs on the compressed cache, output may change (hence the name).
 KvCompression = Literal["off", "lossless-draft", "lossy-snapkv"]
@@ -73,6 +74,10 @@ class CompletionSettings:
     # other likely beginnings the model nearly chose, a few tokens each (inference/branches.py);
     # 1: the greedy suggestion alone.
     alternatives: int = 3
+    # At a line start: read the cursor without the code below it, then with it, and answer with
+    # the line the model is surer of (`choose`, pipeline/readings.py); only the code `above`;
+    # or the code `around` the cursor, one fill-in-the-middle prompt.
+    line_start_reading: LineStartReading = "choose"
 
 
 @dataclass(kw_only=True)

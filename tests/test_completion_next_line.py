@@ -84,6 +84,8 @@ def request(budget: int, plain: bool = True) -> CompletionRequest:
         budget_tokens=budget,
         first_response_ms=0,  # the whole budget, whatever this machine's prefill rate
         plain=plain,
+        # The infilling reading, which sees the line below and can repeat it.
+        line_start_reading="around",
         buffer_id=None if plain else "string.py",
     )
 

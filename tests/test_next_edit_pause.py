@@ -48,9 +48,17 @@ class StandInEditor:
         finally:
             self.running.clear()
 
+    def prepare_head(self, request: Any, *, cancelled: Any) -> int:
+        """The prompts' common head, prefilled when the worker idles: none here (0 tokens)."""
+        return 0
+
+
+class LocalModel:
+    """A local model (not a serving engine); the flow keeps a weak reference to it."""
+
 
 class Host:
-    backend = object()  # a local model (not a serving engine)
+    backend = LocalModel()
     message, state = None, "ready"
 
     def ensure(self, settings: Any) -> None:

@@ -148,6 +148,8 @@ def test_qwen_writes_the_closing_bracket_the_line_needs():
             first_response_ms=0,
             max_wait_ms=60_000,
             plain=plain,
+            # The model's infilling reading, where it wrote the stray bracket.
+            line_start_reading="around",
             buffer_id=None if plain else path.as_uri(),
         )
 

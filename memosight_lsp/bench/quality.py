@@ -28,6 +28,10 @@ Strategies (`--strategies`, comma-separated; variants join with `+`, e.g. `floor
   nomarker  no `// file: path` comment above the current file's code when no other file's code
             is in the prompt (a file-level FIM prompt)
   repo      other files in the model family's repository format (Qwen2.5-Coder `<|file_sep|>`)
+  above, around, choose
+            how a line start is read (`completion.lineStartReading`, pipeline/readings.py; the
+            default `choose`): `default+around` is the defaults with the fill-in-the-middle
+            prompt alone, `file+above` the current file without the code below the cursor
   simN      with shareP: N windows of other files most like the lines above the cursor first
             (context/similar.py; the defaults are share35+sim4)
   simonly   with simN: those windows only, no ranked definitions
@@ -90,7 +94,12 @@ from memosight_lsp.workspace import WorkspaceIndex
 # Multi-file packages installed with the project (runtime and dev dependencies): held out.
 PACKAGES = (*model_quality.THIRD_PARTY_PACKAGES, "click", "jinja2", "requests", "rich")
 KINDS = ("crossFile", "random")
-CURSORS = ("line", "call", "call-open")  # where a --langs case puts the cursor (in_calls)
+CURSORS = ("line", "call", "call-open")
+READINGS = (
+    "choose",
+    "above",
+    "around",
+)  # completion.lineStartReading  # where a --langs case puts the cursor (in_calls)
 MAX_NEW_TOKENS = 48
 MAX_WAIT_MS = 600_000  # the most config.py allows
 BOOTSTRAP_ROUNDS = 2000
@@ -167,11 +176,12 @@ class Strategy:
     cross_file: bool = True
     packing: Packing | None = None  # None: the settings' defaults
     repo_format: bool | None = None  # None: the settings' defaults
+    line_start_reading: str | None = None  # None: the settings' default (choose)
 
 
 _VARIANT = re.compile(
     r"floor(\d+)|share(\d+)|sim(\d+)|gate(?:sim)?(\d+)?|simonly|suffix([1-9]\d*)|foreign|repo|verbatim"
-    r"|nomarker"
+    r"|nomarker|above|around|choose"
 )
 
 
@@ -179,10 +189,13 @@ def parse_strategy(name: str) -> Strategy:
     """A strategy from its name (see the module's docstring); ValueError names a bad part."""
     if name == "file":
         return Strategy(name=name, cross_file=False)
+    if name.startswith("file+") and name[5:] in READINGS:
+        return Strategy(name=name, cross_file=False, line_start_reading=name[5:])
     if name == "default":
         return Strategy(name=name)
     packing = Packing()
     repo: bool | None = False
+    reading = None
     parts = name.split("+")
     if parts[0] == "default":  # the settings' defaults, then the variants after it
         packing, repo, parts = packing_for(Settings()), None, parts[1:]
@@ -214,9 +227,11 @@ def parse_strategy(name: str) -> Strategy:
             packing = dataclasses.replace(packing, far_prefix=False)
         elif part == "nomarker":
             packing = dataclasses.replace(packing, current_marker=False)
+        elif part in READINGS:
+            reading = part
         else:
             repo = True
-    return Strategy(name=name, packing=packing, repo_format=repo)
+    return Strategy(name=name, packing=packing, repo_format=repo, line_start_reading=reading)
 
 
 def request_for(
@@ -248,6 +263,8 @@ def request_for(
         overrides["packing"] = strategy.packing
     if strategy.repo_format is not None:
         overrides["repo_format"] = strategy.repo_format
+    if strategy.line_start_reading is not None:
+        overrides["line_start_reading"] = strategy.line_start_reading
     return dataclasses.replace(request, **overrides)
 
 

@@ -58,6 +58,9 @@ class StopRules:
     # time.monotonic() past which decoding ends with what it has verified (stop reason "time",
     # polled where `cancelled` is): however slow the machine, nothing decodes for ever.
     stop_at: float | None = None
+    # Record the log-probability of every chosen token (Generation.scores): how sure the model
+    # was of what it wrote, to choose between readings of the cursor (pipeline/readings.py).
+    score: bool = False
 
     def out_of_time(self) -> bool:
         return self.stop_at is not None and time.monotonic() > self.stop_at
@@ -97,6 +100,9 @@ class Generation:
     # Other likely beginnings, each continued greedily a few tokens (inference/branches.py); empty
     # unless the call asked for them and the model had close runner-ups.
     alternatives: list[Branch] = field(default_factory=list)
+    # With StopRules.score: the log-probability of each chosen token, in order, a stop token's
+    # included (the model's choice to end there).
+    scores: list[float] = field(default_factory=list)
 
     def prefill_report(self) -> dict[str, Any]:
         """What a prefill-only run (a pre-warm) did: the prompt's tokens, those it found in the
@@ -122,6 +128,11 @@ def pick(logits: torch.Tensor, allowed: Sequence[int] | None) -> int:
     return int(index[torch.argmax(logits[index])])
 
 
+def log_probability(logits: torch.Tensor, token: int) -> float:
+    """log p(token) under logits [V], over the whole vocabulary."""
+    return float(torch.log_softmax(logits.float(), dim=-1)[token])
+
+
 def record_token(token: int, new_tokens: list[int], rules: StopRules) -> str | None:
     """Appends `token` to new_tokens unless it is a stop token; returns why generation ends
     with it, if it does."""
@@ -145,6 +156,8 @@ def take_next(
     (result.stop_reason then says why). Every decoder steps through this, so all stop alike."""
     allowed = allowed_tokens(result.tokens) if allowed_tokens else None
     token = pick(logits, allowed)
+    if rules.score:
+        result.scores.append(log_probability(logits, token))
     reason = record_token(token, result.tokens, rules)
     if reason is None and rules.cancelled is not None and rules.cancelled():
         reason = "cancelled"
@@ -288,6 +301,8 @@ class Run:
             kid = kids.get(choice)
             if kid is None:
                 break
+            if rules.score:
+                self.result.scores.append(log_probability(scores.at(node), choice))
             reason = record_token(choice, tokens, rules)
             node = kid
             path.append(kid)

@@ -33,7 +33,7 @@ from memosight_lsp.inference.greedy import GreedyDecoder
 from memosight_lsp.inference.loading import LoadedModel, position_limit
 from memosight_lsp.inference.speculative import SpeculativeDecoder
 
-from . import alternatives, postprocess, second_try
+from . import alternatives, postprocess, readings, second_try
 from .calibration import Calibrator
 from .healing import HealingConstraint, VocabularyText
 from .latency import MIN_CHUNK_TOKENS, LatencyBudget, PrefillRate, latency_budget
@@ -299,6 +299,13 @@ class LocalBackend:
         budget = self.latency_budget(request)
         prompt = self.prepare(request, budget=budget)
         tokenizer = self.loaded.tokenizer
+        # At a line start the cursor is read without the code below it first, then with it
+        # where that can differ and time allows (pipeline/readings.py).
+        around: Prompt | None = None  # the reading with the code below, when it comes second
+        reading = request.line_start_reading
+        if reading != "around" and readings.applies(situation, prompt, self.loaded.fim is not None):
+            without = readings.without_code_below(prompt, self.loaded.fim, self.repo_name(request))
+            around, prompt = (prompt if reading == "choose" else None), without
         prompt_ids = tokenizer.encode(prompt.text, add_special_tokens=True)
         healed = prompt.healed
 
@@ -321,6 +328,7 @@ class LocalBackend:
             prefill_chunk=budget.prefill_chunk,
             progress=progress,
             stop_at=stop_at,
+            score=around is not None,
         )
         constraint = HealingConstraint(healed, self.vocabulary, tokenizer) if healed else None
         plan = self.plan(request, len(prompt_ids))
@@ -347,7 +355,7 @@ class LocalBackend:
             branch_rules: BranchRules | None,
             decode_rules: StopRules = rules,
         ) -> tuple[Generation, str, str]:
-            """The generation, its raw text and the text to show."""
+            """The generation, its raw text and the text to show, of the prompt read now."""
             # Per-buffer decoders keep the KV cache and last suggestion of each buffer.
             generation = decode(
                 self.loaded.model,
@@ -362,6 +370,41 @@ class LocalBackend:
 
         generation, raw, text = decoded(constraint, branches)
         self._observe_prefill(generation)
+        beaten: Generation | None = None  # the first reading, when the second answers
+        due = None  # the first response's deadline, which the second reading may not pass
+        if on_partial is not None and deadline is not None:
+            due = deadline() if callable(deadline) else deadline
+        if (
+            around is not None
+            and generation.stop_reason in readings.ENDED
+            and not shown
+            and not (cancelled is not None and cancelled())
+            and (due is None or time.monotonic() < due)
+        ):
+            above = (generation, raw, text, prompt, prompt_ids)
+            # decoded() reads prompt_ids when called: here, and in the second tries below, it
+            # decodes the reading chosen last.
+            prompt, prompt_ids = around, tokenizer.encode(around.text, add_special_tokens=True)
+            around_reading = decoded(
+                constraint,
+                None,
+                replace(
+                    rules, progress=None, stop_at=stop_at if due is None else min(stop_at, due)
+                ),
+            )
+            scores = {
+                "above": readings.first_line_score(generation, self.vocabulary.pieces),
+                "around": readings.first_line_score(around_reading[0], self.vocabulary.pieces),
+            }
+            if around_reading[0].stop_reason in readings.ENDED and readings.second_wins(
+                (text, scores["above"]), (around_reading[2], scores["around"])
+            ):
+                beaten = generation
+                generation, raw, text = around_reading
+                generation.stats["reading"] = "around"
+            else:
+                generation, raw, text, prompt, prompt_ids = above
+            generation.stats["readingScores"] = {k: round(v, 4) for k, v in scores.items()}
         skipped = second_try.next_line(
             generation,
             raw,
@@ -413,8 +456,12 @@ class LocalBackend:
             (postprocess.finish if branch.ended else postprocess.partial)(
                 generated_text(branch.tokens), situation, multiline
             )
-            for branch in generation.alternatives
+            for branch in (generation if beaten is None else beaten).alternatives
         ]
+        if beaten is not None:  # the line the model was less sure of is the first other item
+            others.insert(
+                0, postprocess.finish(generated_text(beaten.tokens), situation, multiline)
+            )
         self.calibration.answered()  # the first answer is out: timings may follow, when idle
         return Completion(
             text=through or text,

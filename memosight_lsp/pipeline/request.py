@@ -80,6 +80,8 @@ class CompletionRequest:
     max_wait_ms: int = _DEFAULTS.completion.max_wait_ms
     # Items wanted: the greedy completion and up to alternatives - 1 others (1: greedy alone).
     alternatives: int = _DEFAULTS.completion.alternatives
+    # choose, above or around: how a line start is read (pipeline/readings.py).
+    line_start_reading: str = _DEFAULTS.completion.line_start_reading
     plain: bool = not _DEFAULTS.completion.speculative  # plain greedy decoding, no acceleration
     # KV compression for long prompts; inference/compression_policy.py decides where it runs.
     kv_compression: KvCompression = _DEFAULTS.compression.kv_compression
@@ -114,6 +116,7 @@ class CompletionRequest:
             first_response_ms=settings.completion.first_response_ms,
             max_wait_ms=settings.completion.max_wait_ms,
             alternatives=settings.completion.alternatives,
+            line_start_reading=settings.completion.line_start_reading,
             plain=not settings.completion.speculative,
             kv_compression=settings.compression.kv_compression,
             kv_ratio=settings.compression.kv_ratio,

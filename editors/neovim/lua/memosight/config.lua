@@ -97,6 +97,7 @@ M.settings_schema = {
     firstResponseMs = "number",
     maxWaitMs = "number",
     alternatives = "number",
+    lineStartReading = { "choose", "above", "around" },
   },
   context = {
     budgetTokens = "number",

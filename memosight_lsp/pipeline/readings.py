@@ -1,0 +1,76 @@
+"""Two readings of a line start: with the code below the cursor and without it.
+
+At the start of a line (nothing but indentation before the cursor, nothing after it on the
+line) a fill-in-the-middle prompt tells the model what follows: the lines below. That can help
+(the line must lead into them) or mislead: a model whose infilling is weak writes a line that
+belongs further on, or bridges to the code below with several lines whose first is not this
+one. Which of the two is right differs from line to line, so the model reads the cursor both
+ways and the line it is surer of is the answer:
+
+- the reading without the code below comes first: its prompt is the same prefix with an empty
+  suffix, so after a keystroke it prefills nothing past the buffer's cached head, and on the
+  model measured (Qwen2.5-Coder-0.5B, docs/context.md "Two readings of a line start") it is the
+  better one alone;
+- the reading with the code below follows when the first ended by itself, nothing was shown
+  yet, and the first response's deadline has not passed (it may not delay the answer past it:
+  cut there, it is dropped);
+- each is plain greedy decoding of its own prompt (speculative decoding gives the same tokens),
+  and the answer is the one whose first line the model gave the higher probability: the sum of
+  the log-probabilities of its tokens through the first line's end, the token that ends the
+  answer included. A reading whose text post-processes to nothing never wins. Ties keep the
+  first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from memosight_lsp.inference.decoder import Generation
+
+from .policy import CursorSituation
+from .prompt import Prompt, build_prompt
+
+# Generation stop reasons of a decode that ended by itself (not cut by time, cancellation or
+# its token cap): only such a reading's line is whole, and only whole lines are compared.
+ENDED = ("eos", "stop")
+
+
+def applies(situation: CursorSituation, prompt: Prompt, has_fim: bool) -> bool:
+    """Whether a second reading can differ: a FIM model, a line start, code below the cursor."""
+    return (
+        has_fim
+        and not situation.line_prefix.strip()
+        and not situation.line_suffix.strip()
+        and bool(prompt.context.suffix.strip())
+    )
+
+
+def without_code_below(prompt: Prompt, fim, repo: str | None) -> Prompt:
+    """The same packed context with an empty suffix: the cursor read from the code above."""
+    return build_prompt(
+        dataclasses.replace(prompt.context, suffix=""),
+        fim,
+        budget=prompt.budget,
+        stable_head=prompt.stable_head,
+        repo=repo,
+    )
+
+
+def first_line_score(generation: Generation, pieces: Sequence[str | None]) -> float:
+    """The log-probability of a decoded answer's first line: its tokens' through the first one
+    that holds a line break (`pieces`: each token's text, healing.VocabularyText), or all of
+    them, the stop token's included (generation.scores then has one more than its tokens)."""
+    scores = generation.scores
+    for k, token in enumerate(generation.tokens):
+        if token < len(pieces) and "\n" in (pieces[token] or ""):
+            return sum(scores[: k + 1])
+    return sum(scores)
+
+
+def second_wins(first: tuple[str, float], second: tuple[str, float]) -> bool:
+    """(shown text, first_line_score) of each reading: whether the second is the answer."""
+    (first_text, first_score), (second_text, second_score) = first, second
+    if not second_text:
+        return False
+    return not first_text or second_score > first_score
