@@ -29,6 +29,7 @@ const DEFAULTS = {
     firstResponseMs: 300,
     maxWaitMs: 10000,
     alternatives: 3,
+    lineStartReading: 'choose',
   },
   context: {
     budgetTokens: 1024,
