@@ -88,16 +88,26 @@ CODE = '''class Template:
         return self.pattern.sub(convert, self.template)
 '''
 LINES = CODE.split("\n")
-# Code lines whose next line is code too (not the last of a block), indented.
+# Code lines whose next line is code too (not the last of a block), indented, not the first of
+# a block (there the body below keeps the one reading that sees it).
 CUT_ROWS = [
     row
     for row, line in enumerate(LINES)
     if line.startswith("        ")
     and line.strip()
     and not line.rstrip().endswith((":", "(", "\\"))
+    and not LINES[row - 1].rstrip().endswith(":")
     and row + 1 < len(LINES)
     and LINES[row + 1].strip()
 ][:10]
+FIRST_OF_BODY = next(
+    row
+    for row, line in enumerate(LINES)
+    if line.startswith("        ")
+    and LINES[row - 1].rstrip().endswith(":")
+    and LINES[row + 1].startswith(line[: len(line) - len(line.lstrip())])
+    and LINES[row + 1].strip()
+)
 
 
 def request(
@@ -170,7 +180,7 @@ def test_only_a_line_start_with_code_below_is_read_twice(loaded):
         prefix="def f():\n    ", suffix="\n    return x\n", snippets=[], prompt_tokens=9
     )
     prompt = build_prompt(context, loaded.fim)
-    blank = describe_cursor("def f():\n    ", "\n    return x\n", language="python")
+    blank = describe_cursor("def f():\n    y = 1\n    ", "\n    return x\n", language="python")
     assert readings.applies(blank, prompt, has_fim=True)
     assert not readings.applies(blank, prompt, has_fim=False)
     typed = describe_cursor("def f():\n    ret", "\n    return x\n", language="python")
@@ -181,6 +191,15 @@ def test_only_a_line_start_with_code_below_is_read_twice(loaded):
         PackedContext(prefix="x = 1\n", suffix="\n\n", snippets=[], prompt_tokens=3), loaded.fim
     )
     assert not readings.applies(describe_cursor("x = 1\n", "\n\n"), last, has_fim=True)
+    # The first line of a block whose body is below keeps the reading that sees that body;
+    # a block with nothing below it yet (a new function's body) is read twice.
+    first = describe_cursor("def f():\n    ", "\n    return x\n", language="python")
+    assert not readings.applies(first, prompt, has_fim=True)
+    empty = describe_cursor("def f():\n    ", "\n\ndef g():\n    pass\n", language="python")
+    assert readings.applies(empty, prompt, has_fim=True)
+    braces = describe_cursor("int f() {\n\t", "\n\treturn 1;\n}\n", language="c")
+    assert not readings.applies(braces, prompt, has_fim=True)
+    assert readings.applies(describe_cursor("int f() {\n\t", "\n}\n", language="c"), prompt, True)
     # The same prompt up to where the code below begins: the buffer's cached head serves both.
     above = readings.without_code_below(prompt, loaded.fim, None)
     head = prompt.text[: prompt.text.index(loaded.fim.suffix_token) + len(loaded.fim.suffix_token)]
@@ -214,8 +233,9 @@ def test_choose_answers_with_the_reading_whose_line_the_model_is_surer_of(loaded
 
 
 def test_the_second_reading_never_runs_past_the_first_responses_deadline(loaded):
-    """With a deadline already passed the first reading answers alone; not at a line start
-    (code after the cursor) nothing is read twice."""
+    """With a deadline already passed the first reading answers alone; at a body's new first
+    line with the body below, and not at a line start (code after the cursor), nothing is read
+    twice."""
     engine = LocalBackend(loaded, speculative=False, time_passes=False)
     shown = []
     for row in CUT_ROWS[:3]:
@@ -226,6 +246,9 @@ def test_the_second_reading_never_runs_past_the_first_responses_deadline(loaded)
         )
         assert "readingScores" not in late.stats
         assert late.text == engine.complete(request(row, "above")).text
+    first = engine.complete(request(FIRST_OF_BODY))
+    assert "readingScores" not in first.stats
+    assert first.text == engine.complete(request(FIRST_OF_BODY, "around")).text
     row = CUT_ROWS[0]
     line = LINES[row]
     mid = CompletionRequest(

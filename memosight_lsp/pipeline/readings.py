@@ -7,6 +7,8 @@ belongs further on, or bridges to the code below with several lines whose first 
 one. Which of the two is right differs from line to line, so the model reads the cursor both
 ways and the line it is surer of is the answer:
 
+- a line start that begins a block whose body is already below keeps the one reading with the
+  code below (the model writes a block there, which must not repeat that body);
 - the reading without the code below comes first: its prompt is the same prefix with an empty
   suffix, so after a keystroke it prefills nothing past the buffer's cached head, and on the
   model measured (Qwen2.5-Coder-0.5B, docs/context.md "Two readings of a line start") it is the
@@ -28,7 +30,8 @@ from collections.abc import Sequence
 
 from memosight_lsp.inference.decoder import Generation
 
-from .policy import CursorSituation
+from .policy import BLOCK_OPENERS, CursorSituation, leading_ws
+from .postprocess import width
 from .prompt import Prompt, build_prompt
 
 # Generation stop reasons of a decode that ended by itself (not cut by time, cancellation or
@@ -37,12 +40,26 @@ ENDED = ("eos", "stop")
 
 
 def applies(situation: CursorSituation, prompt: Prompt, has_fim: bool) -> bool:
-    """Whether a second reading can differ: a FIM model, a line start, code below the cursor."""
+    """Whether the cursor is read twice: a FIM model, a line start, code below the cursor, and
+    not the first line of a block whose body is already below it (there the model writes a
+    block, which has to see that body so as not to write it again)."""
     return (
         has_fim
         and not situation.line_prefix.strip()
         and not situation.line_suffix.strip()
         and bool(prompt.context.suffix.strip())
+        and not body_below(situation)
+    )
+
+
+def body_below(situation: CursorSituation) -> bool:
+    """The line above opens a block and the code below the cursor is indented deeper than it:
+    the cursor is on a new first line of a body that already has code."""
+    above, below = situation.previous_line, situation.next_line
+    return (
+        above.rstrip().endswith(BLOCK_OPENERS)
+        and bool(below.strip())
+        and width(leading_ws(below)) > width(leading_ws(above))
     )
 
 
