@@ -175,6 +175,16 @@ def test_a_first_line_scores_through_its_line_break():
     assert readings.second_wins(("", -0.1), ("y", -9.0))
 
 
+def test_the_second_reading_runs_only_when_it_can_end_before_the_deadline():
+    first = Generation(tokens=[1] * 10, prompt_tokens=1, decode_ms=100.0)
+    now = time.monotonic()
+    assert readings.fits_before(None, first, 500, None)  # no deadline: always
+    assert readings.fits_before(now + 1.0, first, 100, rate=1000.0)  # 0.1 s + 0.1 s
+    assert not readings.fits_before(now + 0.15, first, 100, rate=1000.0)
+    assert not readings.fits_before(now + 0.15, first, 100, rate=None)  # 100 x 10 ms to prefill
+    assert readings.fits_before(now + 0.5, first, 10, rate=None)
+
+
 def test_only_a_line_start_with_code_below_is_read_twice(loaded):
     context = PackedContext(
         prefix="def f():\n    ", suffix="\n    return x\n", snippets=[], prompt_tokens=9
@@ -233,7 +243,8 @@ def test_choose_answers_with_the_reading_whose_line_the_model_is_surer_of(loaded
 
 
 def test_the_second_reading_never_runs_past_the_first_responses_deadline(loaded):
-    """With a deadline already passed the first reading answers alone; at a body's new first
+    """With a deadline already passed the first reading answers alone, with one far off both
+    are read; at a body's new first
     line with the body below, and not at a line start (code after the cursor), nothing is read
     twice."""
     engine = LocalBackend(loaded, speculative=False, time_passes=False)
@@ -246,6 +257,12 @@ def test_the_second_reading_never_runs_past_the_first_responses_deadline(loaded)
         )
         assert "readingScores" not in late.stats
         assert late.text == engine.complete(request(row, "above")).text
+    roomy = engine.complete(
+        request(CUT_ROWS[0], first_response_ms=300),
+        deadline=time.monotonic() + 60,
+        on_partial=(early := []).append,
+    )
+    assert "readingScores" in roomy.stats and not early  # both read, nothing shown early
     first = engine.complete(request(FIRST_OF_BODY))
     assert "readingScores" not in first.stats
     assert first.text == engine.complete(request(FIRST_OF_BODY, "around")).text

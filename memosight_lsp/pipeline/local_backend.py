@@ -374,17 +374,20 @@ class LocalBackend:
         due = None  # the first response's deadline, which the second reading may not pass
         if on_partial is not None and deadline is not None:
             due = deadline() if callable(deadline) else deadline
+        around_ids = tokenizer.encode(around.text, add_special_tokens=True) if around else []
         if (
             around is not None
             and generation.stop_reason in readings.ENDED
             and not shown
             and not (cancelled is not None and cancelled())
-            and (due is None or time.monotonic() < due)
+            and readings.fits_before(
+                due, generation, len(around_ids) - len(prompt_ids), self.prefill_rate.settled
+            )
         ):
             above = (generation, raw, text, prompt, prompt_ids)
             # decoded() reads prompt_ids when called: here, and in the second tries below, it
             # decodes the reading chosen last.
-            prompt, prompt_ids = around, tokenizer.encode(around.text, add_special_tokens=True)
+            prompt, prompt_ids = around, around_ids
             around_reading = decoded(
                 constraint,
                 None,

@@ -14,8 +14,8 @@ ways and the line it is surer of is the answer:
   model measured (Qwen2.5-Coder-0.5B, docs/context.md "Two readings of a line start") it is the
   better one alone;
 - the reading with the code below follows when the first ended by itself, nothing was shown
-  yet, and the first response's deadline has not passed (it may not delay the answer past it:
-  cut there, it is dropped);
+  yet, and it is likely to end before the first response's deadline (it may not delay the
+  answer past it: cut there, it is dropped; without a deadline it always runs);
 - each is plain greedy decoding of its own prompt (speculative decoding gives the same tokens),
   and the answer is the one whose first line the model gave the higher probability: the sum of
   the log-probabilities of its tokens through the first line's end, the token that ends the
@@ -26,6 +26,7 @@ ways and the line it is surer of is the answer:
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 
 from memosight_lsp.inference.decoder import Generation
@@ -50,6 +51,21 @@ def applies(situation: CursorSituation, prompt: Prompt, has_fim: bool) -> bool:
         and bool(prompt.context.suffix.strip())
         and not body_below(situation)
     )
+
+
+def fits_before(
+    due: float | None, first: Generation, extra_prompt_tokens: int, rate: float | None
+) -> bool:
+    """Whether the second reading is likely to end by `due` (time.monotonic(); None: no
+    deadline, it always runs): the code below prefilled at the measured `rate` (tokens/s;
+    unknown: as fast as the first reading decoded a token), then about as many tokens decoded
+    as the first reading took. A reading that would be cut there only delays the answer."""
+    if due is None:
+        return True
+    decode_s = first.decode_ms / 1000
+    per_token = decode_s / max(1, len(first.tokens))
+    prefill_s = extra_prompt_tokens / rate if rate else extra_prompt_tokens * per_token
+    return time.monotonic() + prefill_s + decode_s < due
 
 
 def body_below(situation: CursorSituation) -> bool:
