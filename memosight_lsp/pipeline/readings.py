@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 
 from memosight_lsp.inference.decoder import Generation
+from memosight_lsp.inference.fim import FimFormat
 
 from .policy import BLOCK_OPENERS, CursorSituation, leading_ws
 from .postprocess import width
@@ -79,7 +80,7 @@ def body_below(situation: CursorSituation) -> bool:
     )
 
 
-def without_code_below(prompt: Prompt, fim, repo: str | None) -> Prompt:
+def without_code_below(prompt: Prompt, fim: FimFormat | None, repo: str | None) -> Prompt:
     """The same packed context with an empty suffix: the cursor read from the code above."""
     return build_prompt(
         dataclasses.replace(prompt.context, suffix=""),
