@@ -74,10 +74,10 @@ class CompletionSettings:
     # other likely beginnings the model nearly chose, a few tokens each (inference/branches.py);
     # 1: the greedy suggestion alone.
     alternatives: int = 3
-    # At a line start: read the cursor without the code below it, then with it, and answer with
-    # the line the model is surer of (`choose`, pipeline/readings.py); only the code `above`;
-    # or the code `around` the cursor, one fill-in-the-middle prompt.
-    line_start_reading: LineStartReading = "choose"
+    # At a line start (pipeline/readings.py): the prompt without the code below the cursor
+    # (`above`: measured best with Qwen2.5-Coder-0.5B, docs/context.md), the fill-in-the-middle
+    # prompt with it (`around`), or both and the line the model is surer of (`choose`).
+    line_start_reading: LineStartReading = "above"
 
 
 @dataclass(kw_only=True)

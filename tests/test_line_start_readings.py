@@ -1,17 +1,20 @@
-"""Two readings of a line start (pipeline/readings.py): the cursor read without the code below
-it, then with it, and the line the model is surer of answers. The decoders' token scores against
-the model's own log-probabilities; the rule's parts; and the embedded model at the blank lines
-of a real file (CPython's string.py): `choose` answers with one of the two readings' lines, the
-one with the higher first-line score, the same with plain greedy and speculative decoding, and
-never with the second past the first response's deadline."""
+"""How a line start is read (pipeline/readings.py): without the code below the cursor (`above`,
+the default), with it (`around`), or both and the line the model is surer of (`choose`). The
+decoders' token scores against the model's own log-probabilities; the rule's parts; and the
+embedded model at the blank lines of a real file (CPython's string.py): `above` leaves the code
+below out of the prompt, `choose` answers with one of the two readings' lines, the one with the
+higher first-line score, the same with plain greedy and speculative decoding, and never with
+the second past the first response's deadline."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 import torch
 
+from memosight_lsp.config import Settings
 from memosight_lsp.context.types import PackedContext
 from memosight_lsp.inference.decoder import Generation, StopRules
 from memosight_lsp.inference.greedy import GreedyDecoder
@@ -230,6 +233,12 @@ def test_choose_answers_with_the_reading_whose_line_the_model_is_surer_of(loaded
         around = engine.complete(request(row, "around"))
         chosen = engine.complete(request(row))
         assert above.prompt_tokens < around.prompt_tokens, row  # the code below is left out
+        if row == CUT_ROWS[0]:  # the default reading
+            default = dataclasses.replace(
+                request(row), line_start_reading=Settings().completion.line_start_reading
+            )
+            assert default.line_start_reading == "above"
+            assert engine.complete(default).text == above.text
         scores = chosen.stats["readingScores"]
         winner = "around" if chosen.stats.get("reading") == "around" else "above"
         assert (winner == "around") == (scores["around"] > scores["above"]), row

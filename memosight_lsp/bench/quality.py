@@ -30,7 +30,7 @@ Strategies (`--strategies`, comma-separated; variants join with `+`, e.g. `floor
   repo      other files in the model family's repository format (Qwen2.5-Coder `<|file_sep|>`)
   above, around, choose
             how a line start is read (`completion.lineStartReading`, pipeline/readings.py; the
-            default `choose`): `default+around` is the defaults with the fill-in-the-middle
+            default `above`): `default+around` is the defaults with the fill-in-the-middle
             prompt alone, `file+above` the current file without the code below the cursor
   simN      with shareP: N windows of other files most like the lines above the cursor first
             (context/similar.py; the defaults are share35+sim4)
@@ -176,7 +176,7 @@ class Strategy:
     cross_file: bool = True
     packing: Packing | None = None  # None: the settings' defaults
     repo_format: bool | None = None  # None: the settings' defaults
-    line_start_reading: str | None = None  # None: the settings' default (choose)
+    line_start_reading: str | None = None  # None: the settings' default (above)
 
 
 _VARIANT = re.compile(

@@ -299,8 +299,8 @@ class LocalBackend:
         budget = self.latency_budget(request)
         prompt = self.prepare(request, budget=budget)
         tokenizer = self.loaded.tokenizer
-        # At a line start the cursor is read without the code below it first, then with it
-        # where that can differ and time allows (pipeline/readings.py).
+        # At a line start the cursor is read without the code below it (`above`), or that
+        # first and then with it where time allows (`choose`): pipeline/readings.py.
         around: Prompt | None = None  # the reading with the code below, when it comes second
         reading = request.line_start_reading
         if reading != "around" and readings.applies(situation, prompt, self.loaded.fim is not None):

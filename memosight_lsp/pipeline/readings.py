@@ -1,26 +1,25 @@
-"""Two readings of a line start: with the code below the cursor and without it.
+"""How a line start is read: with the code below the cursor, without it, or both.
 
 At the start of a line (nothing but indentation before the cursor, nothing after it on the
 line) a fill-in-the-middle prompt tells the model what follows: the lines below. That can help
 (the line must lead into them) or mislead: a model whose infilling is weak writes a line that
 belongs further on, or bridges to the code below with several lines whose first is not this
-one. Which of the two is right differs from line to line, so the model reads the cursor both
-ways and the line it is surer of is the answer:
+one (`completion.lineStartReading`):
 
-- a line start that begins a block whose body is already below keeps the one reading with the
-  code below (the model writes a block there, which must not repeat that body);
-- the reading without the code below comes first: its prompt is the same prefix with an empty
-  suffix, so after a keystroke it prefills nothing past the buffer's cached head, and on the
-  model measured (Qwen2.5-Coder-0.5B, docs/context.md "Two readings of a line start") it is the
-  better one alone;
-- the reading with the code below follows when the first ended by itself, nothing was shown
-  yet, and it is likely to end before the first response's deadline (it may not delay the
-  answer past it: cut there, it is dropped; without a deadline it always runs);
-- each is plain greedy decoding of its own prompt (speculative decoding gives the same tokens),
-  and the answer is the one whose first line the model gave the higher probability: the sum of
-  the log-probabilities of its tokens through the first line's end, the token that ends the
-  answer included. A reading whose text post-processes to nothing never wins. Ties keep the
-  first.
+- `above`: the same packed prompt with an empty suffix. After a keystroke it prefills nothing
+  past the buffer's cached head; on the model measured (Qwen2.5-Coder-0.5B, docs/context.md
+  "Reading a line start") it is the better reading, so it is the default;
+- `around`: the fill-in-the-middle prompt;
+- `choose`: `above` first, then `around` when the first ended by itself, nothing was shown yet,
+  and it is likely to end before the first response's deadline (it may not delay the answer
+  past it: cut there, it is dropped; without a deadline it always runs). Each is plain greedy
+  decoding of its own prompt (speculative decoding gives the same tokens), and the answer is
+  the one whose first line the model gave the higher probability: the sum of the
+  log-probabilities of its tokens through the first line's end, the token that ends the answer
+  included. A reading whose text post-processes to nothing never wins. Ties keep the first.
+
+A line start that begins a block whose body is already below is always read `around`: the
+model writes a block there, which must see that body so as not to write it again.
 """
 
 from __future__ import annotations

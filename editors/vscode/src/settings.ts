@@ -35,7 +35,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'completion.firstResponseMs', default: 300 },
   { key: 'completion.maxWaitMs', default: 10000 },
   { key: 'completion.alternatives', default: 3 },
-  { key: 'completion.lineStartReading', default: 'choose' },
+  { key: 'completion.lineStartReading', default: 'above' },
   { key: 'context.budgetTokens', default: 1024 },
   { key: 'context.crossFile', default: true },
   { key: 'context.crossFileShare', default: 35 },

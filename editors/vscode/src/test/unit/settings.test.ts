@@ -29,7 +29,7 @@ const DEFAULTS = {
     firstResponseMs: 300,
     maxWaitMs: 10000,
     alternatives: 3,
-    lineStartReading: 'choose',
+    lineStartReading: 'above',
   },
   context: {
     budgetTokens: 1024,
