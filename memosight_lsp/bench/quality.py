@@ -79,12 +79,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 
 from memosight_lsp.bench import context_recall, corpora, language_cases, model_quality
 from memosight_lsp.bench.llama_server import LlamaServer, LlamaServerError
-from memosight_lsp.config import Settings
+from memosight_lsp.config import LineStartReading, Settings
 from memosight_lsp.context import Packing
 from memosight_lsp.pipeline.local_backend import LocalBackend
 from memosight_lsp.pipeline.positions import split_at
@@ -94,12 +95,8 @@ from memosight_lsp.workspace import WorkspaceIndex
 # Multi-file packages installed with the project (runtime and dev dependencies): held out.
 PACKAGES = (*model_quality.THIRD_PARTY_PACKAGES, "click", "jinja2", "requests", "rich")
 KINDS = ("crossFile", "random")
-CURSORS = ("line", "call", "call-open")
-READINGS = (
-    "choose",
-    "above",
-    "around",
-)  # completion.lineStartReading  # where a --langs case puts the cursor (in_calls)
+CURSORS = ("line", "call", "call-open")  # where a --langs case puts the cursor (in_calls)
+READINGS = get_args(LineStartReading)  # how a line start is read (completion.lineStartReading)
 MAX_NEW_TOKENS = 48
 MAX_WAIT_MS = 600_000  # the most config.py allows
 BOOTSTRAP_ROUNDS = 2000

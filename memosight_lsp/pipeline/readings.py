@@ -41,9 +41,10 @@ ENDED = ("eos", "stop")
 
 
 def applies(situation: CursorSituation, prompt: Prompt, has_fim: bool) -> bool:
-    """Whether the cursor is read twice: a FIM model, a line start, code below the cursor, and
-    not the first line of a block whose body is already below it (there the model writes a
-    block, which has to see that body so as not to write it again)."""
+    """Whether the reading without the code below (`above`, `choose`) can differ from the
+    fill-in-the-middle one here: a FIM model, a line start, code below the cursor, and not the
+    first line of a block whose body is already below it (there the model writes a block,
+    which has to see that body so as not to write it again)."""
     return (
         has_fim
         and not situation.line_prefix.strip()

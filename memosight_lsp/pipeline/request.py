@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memosight_lsp.config import KvCompression, Settings
+from memosight_lsp.config import KvCompression, LineStartReading, Settings
 from memosight_lsp.context import PackedContext, Packing, Rerank, build_context
 from memosight_lsp.workspace.files import indexable_text
 from memosight_lsp.workspace.languages import language_for
@@ -80,8 +80,8 @@ class CompletionRequest:
     max_wait_ms: int = _DEFAULTS.completion.max_wait_ms
     # Items wanted: the greedy completion and up to alternatives - 1 others (1: greedy alone).
     alternatives: int = _DEFAULTS.completion.alternatives
-    # choose, above or around: how a line start is read (pipeline/readings.py).
-    line_start_reading: str = _DEFAULTS.completion.line_start_reading
+    # How a line start is read (pipeline/readings.py).
+    line_start_reading: LineStartReading = _DEFAULTS.completion.line_start_reading
     plain: bool = not _DEFAULTS.completion.speculative  # plain greedy decoding, no acceleration
     # KV compression for long prompts; inference/compression_policy.py decides where it runs.
     kv_compression: KvCompression = _DEFAULTS.compression.kv_compression
